@@ -1,0 +1,96 @@
+//! The `caseops-compile` command line.
+
+use std::io::{IsTerminal, Write};
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use caseops_compile::{Code, check_root, explain, render};
+use clap::{Parser, Subcommand, ValueEnum};
+
+/// Checks and compiles CaseOps contracts (`contracts/`) and policies (`policies/`).
+///
+/// Exit status: 0 when clean, 1 when any error is found (or any warning with
+/// `--deny-warnings`), 2 on a usage or I/O failure.
+#[derive(Parser)]
+#[command(name = "caseops-compile", version, about, long_about)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Check every contract and report all problems at once.
+    Check {
+        /// Project root holding `contracts/` and `policies/`.
+        #[arg(long, env = "CASEOPS_ROOT", default_value = ".")]
+        root: PathBuf,
+        /// Output format.
+        #[arg(long, value_enum, default_value_t = Format::Human)]
+        format: Format,
+        /// Treat warnings as errors (exit 1 when any warning is found).
+        #[arg(long)]
+        deny_warnings: bool,
+    },
+    /// Print the long explanation of a diagnostic code, e.g. `E0107`.
+    Explain {
+        /// The code, e.g. `E0107`.
+        code: String,
+    },
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum Format {
+    /// rustc-like text, coloured on a terminal.
+    Human,
+    /// An array of diagnostics with 1-based positions.
+    Json,
+    /// SARIF 2.1.0 for code-scanning uploaders.
+    Sarif,
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match cli.command {
+        Command::Check {
+            root,
+            format,
+            deny_warnings,
+        } => {
+            let checked = match check_root(&root) {
+                Ok(c) => c,
+                Err(e) => {
+                    eprintln!("error: {e}");
+                    return ExitCode::from(2);
+                }
+            };
+            let out = match format {
+                Format::Human => render::human(
+                    &checked.sources,
+                    &checked.diagnostics,
+                    std::io::stdout().is_terminal(),
+                ),
+                Format::Json => render::json(&checked.sources, &checked.diagnostics),
+                Format::Sarif => render::sarif(&checked.sources, &checked.diagnostics),
+            };
+            if std::io::stdout().write_all(out.as_bytes()).is_err() {
+                return ExitCode::from(2);
+            }
+            if checked.has_errors() || (deny_warnings && checked.has_warnings()) {
+                ExitCode::from(1)
+            } else {
+                ExitCode::SUCCESS
+            }
+        }
+        Command::Explain { code } => match Code::parse(&code) {
+            Some(c) => {
+                print!("{}", explain(c));
+                ExitCode::SUCCESS
+            }
+            None => {
+                eprintln!("error: `{code}` is not a caseops-compile diagnostic code");
+                ExitCode::from(2)
+            }
+        },
+    }
+}

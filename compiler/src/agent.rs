@@ -111,7 +111,7 @@ pub fn read_agent(r: &mut Reader, root: &Node) -> Option<AgentContract> {
         ident(r, s, "stage");
     }
     r.unique(&stages, "stages");
-    if stages_node.is_some() && stages.is_empty() {
+    if stages_node.is_some_and(|n| n.as_seq().is_some()) && stages.is_empty() {
         let d = r
             .error(
                 Code::MissingKey,
@@ -124,7 +124,7 @@ pub fn read_agent(r: &mut Reader, root: &Node) -> Option<AgentContract> {
     }
     let initial_stage = match map.get("initial_stage") {
         Some(n) => r.string(n, "initial_stage").inspect(|s| {
-            if !stages.iter().any(|st| st.value == s.value) {
+            if !stages.is_empty() && !stages.iter().any(|st| st.value == s.value) {
                 let d = r
                     .error(
                         Code::UnknownStage,

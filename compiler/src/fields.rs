@@ -173,10 +173,9 @@ pub fn read_fields(r: &mut Reader, node: &Node, what: &str) -> Vec<Field> {
 }
 
 /// Reads the `input` mapping of a tool contract.
-pub fn read_inputs(r: &mut Reader, node: &Node) -> Vec<InputField> {
-    let Some(map) = r.mapping(node, "input", None) else {
-        return Vec::new();
-    };
+/// `None` when `input` is not a mapping at all (already reported).
+pub fn read_inputs(r: &mut Reader, node: &Node) -> Option<Vec<InputField>> {
+    let map = r.mapping(node, "input", None)?;
     let mut fields = Vec::new();
     for (name, key, value) in map.entries() {
         let name = Sp::new(name.to_string(), key.span.clone());
@@ -238,7 +237,7 @@ pub fn read_inputs(r: &mut Reader, node: &Node) -> Vec<InputField> {
             }
         }
     }
-    fields
+    Some(fields)
 }
 
 fn check_field_name(r: &mut Reader, name: &Sp<String>) {

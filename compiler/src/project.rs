@@ -23,6 +23,9 @@ pub struct Project {
     pub agent: Option<AgentContract>,
     pub state_machine: Option<StateMachine>,
     pub tools: Vec<ToolContract>,
+    /// Some tool file could not be read into a contract; checks that look a tool up by
+    /// name are skipped, since a "no contract" finding would only repeat that error.
+    pub tools_incomplete: bool,
 }
 
 /// Reads and checks every contract in `sources`, collecting all diagnostics.
@@ -36,7 +39,7 @@ pub fn check_contracts(sources: &Sources, diags: &mut Diagnostics) -> Project {
                 project.agent = read_agent(&mut r, &root);
             }
         }
-        None => diags.push(missing_file(AGENT_PATH, "the run contract")),
+        None => diags.push(missing_file(AGENT_PATH, "a run contract")),
     }
     match sources.find(STATE_MACHINE_PATH) {
         Some(id) => {
@@ -48,7 +51,7 @@ pub fn check_contracts(sources: &Sources, diags: &mut Diagnostics) -> Project {
                 }
             }
         }
-        None => diags.push(missing_file(STATE_MACHINE_PATH, "the run state machine")),
+        None => diags.push(missing_file(STATE_MACHINE_PATH, "a run state machine")),
     }
     let tool_files = sources.under(TOOLS_DIR);
     if tool_files.is_empty() {
@@ -64,9 +67,12 @@ pub fn check_contracts(sources: &Sources, diags: &mut Diagnostics) -> Project {
     for id in tool_files {
         if let Some(root) = parse_file(sources, id, diags) {
             let mut r = Reader { file: id, diags };
-            if let Some(tool) = read_tool(&mut r, &root) {
-                project.tools.push(tool);
+            match read_tool(&mut r, &root) {
+                Some(tool) => project.tools.push(tool),
+                None => project.tools_incomplete = true,
             }
+        } else {
+            project.tools_incomplete = true;
         }
     }
 
@@ -78,7 +84,7 @@ fn missing_file(path: &str, what: &str) -> Diagnostic {
     Diagnostic::unlocated(
         Code::MissingFile,
         None,
-        format!("`{path}` is missing: the project has no {what}"),
+        format!("`{path}` is missing: every project needs {what}"),
     )
     .help(format!(
         "create `{path}`; `caseops-compile explain E0009` shows a minimal project"
@@ -216,7 +222,7 @@ fn cross_check(project: &Project, diags: &mut Diagnostics) {
         }
     }
 
-    for tool in tools {
+    for tool in tools.iter().filter(|_| !project.tools_incomplete) {
         let mut r = Reader {
             file: tool.file,
             diags,
@@ -245,7 +251,18 @@ fn cross_check(project: &Project, diags: &mut Diagnostics) {
             file: tool.file,
             diags,
         };
-        for stage in tool.stages.iter().flatten() {
+        let bound = tool
+            .input
+            .iter()
+            .filter(|f| f.source.value == crate::fields::Source::RunBoundResource)
+            .count();
+        // An agent without readable stages was already reported; do not blame every tool.
+        for stage in tool
+            .stages
+            .iter()
+            .flatten()
+            .filter(|_| !stage_names.is_empty())
+        {
             if !stage_names.contains(&stage.value.as_str()) {
                 let mut d = r
                     .error(
@@ -262,7 +279,9 @@ fn cross_check(project: &Project, diags: &mut Diagnostics) {
             }
         }
         for field in &tool.input {
+            // With several run-bound fields E0108 already names the problem.
             if field.source.value == crate::fields::Source::RunBoundResource
+                && bound == 1
                 && field.name.value != agent.resource.id_field.value
             {
                 let d = r
@@ -317,7 +336,7 @@ fn cross_check(project: &Project, diags: &mut Diagnostics) {
         file: agent.file,
         diags,
     };
-    for entry in &agent.catalog {
+    for entry in agent.catalog.iter().filter(|_| !project.tools_incomplete) {
         if !names.contains(&entry.value.as_str()) {
             let mut d = r
                 .error(

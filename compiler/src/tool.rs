@@ -261,14 +261,14 @@ pub fn read_tool(r: &mut Reader, root: &Node) -> Option<ToolContract> {
         .get("requires")
         .map(|n| r.strings(n, "requires"))
         .unwrap_or_default();
-    let input = input_node.map(|n| read_inputs(r, n)).unwrap_or_default();
-    if let Some(node) = input_node {
+    let input = input_node.and_then(|n| read_inputs(r, n));
+    if let (Some(node), Some(input)) = (input_node, &input) {
         let tool_name = name.as_ref().map(|n| n.value.as_str()).unwrap_or("tool");
         let span = map
             .key_node("input")
             .map(|k| k.span.clone())
             .unwrap_or(node.span.clone());
-        check_inputs(r, tool_name, &input, span);
+        check_inputs(r, tool_name, input, span);
     }
     let output = output_node
         .map(|n| read_fields(r, n, "output"))
@@ -342,7 +342,7 @@ pub fn read_tool(r: &mut Reader, root: &Node) -> Option<ToolContract> {
         required_scope: required_scope?,
         stages,
         requires,
-        input,
+        input: input?,
         output,
         evidence,
         risk: risk?,

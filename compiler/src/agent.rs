@@ -50,6 +50,9 @@ pub struct AgentContract {
     pub budgets: Budgets,
     pub decisions: Vec<Sp<String>>,
     pub final_answer: FinalAnswer,
+    /// Reason codes a policy may give in `@reason`, in priority order: when several
+    /// forbid policies deny one call, the runtime reports the first listed here.
+    pub deny_reasons: Vec<Sp<String>>,
 }
 
 const AGENT_KEYS: &[&str] = &[
@@ -63,6 +66,7 @@ const AGENT_KEYS: &[&str] = &[
     "budgets",
     "decisions",
     "final_answer",
+    "deny_reasons",
 ];
 
 pub fn read_agent(r: &mut Reader, root: &Node) -> Option<AgentContract> {
@@ -177,6 +181,24 @@ pub fn read_agent(r: &mut Reader, root: &Node) -> Option<AgentContract> {
         }
     }
     let final_answer = final_node.and_then(|n| read_final(r, n));
+    let deny_reasons = map
+        .get("deny_reasons")
+        .map(|n| r.strings(n, "deny_reasons"))
+        .unwrap_or_default();
+    r.unique(&deny_reasons, "deny_reasons");
+    for reason in &deny_reasons {
+        if !crate::tool::is_error_code(&reason.value) {
+            let d = r
+                .error(
+                    Code::InvalidErrorCode,
+                    reason.span.clone(),
+                    format!("deny reason `{}` is not SCREAMING_SNAKE_CASE", reason.value),
+                )
+                .label("invalid reason code")
+                .help("reason codes look like `TOOL_SCOPE_MISSING`");
+            r.report(d);
+        }
+    }
 
     if missing {
         return None;
@@ -192,6 +214,7 @@ pub fn read_agent(r: &mut Reader, root: &Node) -> Option<AgentContract> {
         budgets: budgets?,
         decisions,
         final_answer: final_answer?,
+        deny_reasons,
     })
 }
 

@@ -195,6 +195,50 @@ codes! {
         "The tool has a contract but is missing from `catalog` in `contracts/agent.yaml`, so no run will ever see it.",
         "catalog: []\n",
         "catalog: [caseops_get_case_snapshot]\n";
+    CedarParse = "E0401", Error, "cedar syntax error",
+        "A policy file is not valid Cedar. The diagnostic points at the token where the Cedar parser stopped.",
+        "permit (principal, action, resource) when { principal.scopes.contains(\"case:read\") }\n",
+        "permit (principal, action, resource) when { principal.scopes.contains(\"case:read\") };\n";
+    CedarValidation = "E0402", Error, "policy does not type-check against the generated schema",
+        "Policies are validated with Cedar's strict validator against the schema generated from the contracts: entity types, the task principal's attributes, one action per tool and each action's typed context (`tool`, `risk`, `required_scope`, `stage`, `arguments`). A misspelt attribute, an argument a tool does not have (for example after renaming it in the contract) or a comparison of the wrong types fails here.",
+        "when { context.arguments.document == \"x\" }\n",
+        "when { context.arguments.document_id == \"x\" }\n";
+    CedarWarning = "W0401", Warning, "cedar validator warning",
+        "Cedar's validator found something suspicious that is not an error, such as a policy that can never apply.",
+        "permit (principal, action, resource) when { false };\n",
+        "permit (principal, action, resource) when { principal.scopes.contains(context.required_scope) };\n";
+    UnknownReason = "E0403", Error, "unknown deny reason",
+        "`@reason` gives the reason code a denial reports. It must be one of `deny_reasons` in `contracts/agent.yaml`, so callers and dashboards only ever see declared codes.",
+        "@reason(\"SCOPE_MISSING\")\n",
+        "@reason(\"TOOL_SCOPE_MISSING\")\n";
+    PolicyWithoutId = "E0404", Error, "policy without `@id`",
+        "Every policy carries `@id(\"...\")`: ids name the determining policies of a decision in ledger rows and audit events, and must not change when policies are reordered.",
+        "permit (principal, action, resource);\n",
+        "@id(\"permit-read-only\")\npermit (principal, action, resource);\n";
+    ForbidWithoutReason = "E0405", Error, "forbid policy without `@reason`",
+        "A forbid policy says why it denies with `@reason(\"CODE\")`, so a denied tool call carries a machine-readable reason.",
+        "@id(\"no-writes\")\nforbid (principal, action, resource) when { context.risk != \"read_only\" };\n",
+        "@id(\"no-writes\")\n@reason(\"TOOL_RISK_NOT_ALLOWED\")\nforbid (principal, action, resource) when { context.risk != \"read_only\" };\n";
+    DuplicatePolicyId = "E0406", Error, "duplicate policy id",
+        "Two policies share one `@id`. Ids must be unique across all files in `policies/`.",
+        "@id(\"a\") permit (principal, action, resource);\n@id(\"a\") forbid (principal, action, resource);\n",
+        "@id(\"a\") permit (principal, action, resource);\n@id(\"b\") forbid (principal, action, resource);\n";
+    CedarSchemaInvalid = "E0407", Error, "generated cedar schema is invalid",
+        "The Cedar schema generated from the contracts was rejected by Cedar. This is a compiler bug.",
+        "",
+        "";
+    NoPolicies = "E0408", Error, "no policies",
+        "`policies/` holds no `.cedar` file. Without a permit policy every tool call is denied.",
+        "policies/\n",
+        "policies/caseops.cedar\n";
+    InvalidScenario = "E0409", Error, "invalid authorization scenario",
+        "An authorization scenario in `policies/tests/*.yaml` names an unknown tool, an undeclared reason, or arguments that do not fit the tool's context.",
+        "action: caseops_get_case_snapshots\n",
+        "action: caseops_get_case_snapshot\n";
+    PolicyNotExercised = "W0402", Warning, "policy not exercised by any scenario",
+        "`caseops-compile test` found a policy that no scenario's decision was determined by. Add a scenario that proves what the policy allows or denies.",
+        "# no scenario hits forbid-writes\n",
+        "- name: writes are denied\n  action: some_write_tool\n  expect: deny\n  reason: TOOL_RISK_NOT_ALLOWED\n";
     UnknownState = "E0301", Error, "unknown state",
         "A transition, invariant or the initial state names a state that is neither in `states` nor in `terminal`.",
         "transitions:\n  planing: [tool_proposed]\n",

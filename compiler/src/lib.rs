@@ -10,12 +10,15 @@
 //! ```
 
 pub mod agent;
+pub mod cedar_schema;
 pub mod codes;
 pub mod diagnostic;
 pub mod fields;
+pub mod policies;
 pub mod project;
 pub mod reader;
 pub mod render;
+pub mod scenarios;
 pub mod source;
 pub mod state_machine;
 pub mod tool;
@@ -30,11 +33,30 @@ pub use source::{LoadError, Sources};
 
 /// The result of checking a project: its files, every diagnostic (sorted) and the
 /// contracts that could be read.
-#[derive(Debug)]
 pub struct Checked {
     pub sources: Sources,
     pub diagnostics: Vec<Diagnostic>,
     pub project: Project,
+    /// The validated policies; `None` when contracts or policies have errors.
+    pub policies: Option<policies::Policies>,
+    /// The authorization scenarios of `policies/tests/`, read but not yet run.
+    pub scenarios: Vec<scenarios::Scenario>,
+}
+
+impl std::fmt::Debug for Checked {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Checked")
+            .field("diagnostics", &self.diagnostics)
+            .field("project", &self.project)
+            .field(
+                "policies",
+                &self
+                    .policies
+                    .as_ref()
+                    .map(|p| p.origin.keys().collect::<Vec<_>>()),
+            )
+            .finish()
+    }
 }
 
 impl Checked {
@@ -55,16 +77,35 @@ impl Checked {
 pub fn check_sources(sources: Sources) -> Checked {
     let mut diags = diagnostic::Diagnostics::default();
     let project = project::check_contracts(&sources, &mut diags);
+    let policies = policies::check_policies(&sources, &project, &mut diags);
+    let scenarios = scenarios::read_scenarios(&sources, &project, &mut diags);
     Checked {
         sources,
         diagnostics: diags.into_sorted(),
         project,
+        policies,
+        scenarios,
     }
 }
 
 /// Reads the project below `root` and checks it.
 pub fn check_root(root: &Path) -> Result<Checked, LoadError> {
     Ok(check_sources(source::load(root)?))
+}
+
+/// Runs the authorization scenarios of a checked project. `None` when the project has
+/// errors (the scenarios cannot be trusted to run against broken policies).
+pub fn run_scenarios(checked: &Checked) -> Option<scenarios::TestReport> {
+    if checked.has_errors() {
+        return None;
+    }
+    let policies = checked.policies.as_ref()?;
+    Some(scenarios::run(
+        &checked.sources,
+        &checked.project,
+        policies,
+        &checked.scenarios,
+    ))
 }
 
 /// The long explanation of a code, with a failing and a fixed example.

@@ -32,6 +32,15 @@ enum Command {
         #[arg(long)]
         deny_warnings: bool,
     },
+    /// Evaluate the authorization scenarios in `policies/tests/` with the Cedar authorizer.
+    ///
+    /// Prints a pass/fail line per scenario and warns about policies no scenario
+    /// exercised; exits 1 when any scenario fails or the project has errors.
+    Test {
+        /// Project root holding `contracts/` and `policies/`.
+        #[arg(long, env = "CASEOPS_ROOT", default_value = ".")]
+        root: PathBuf,
+    },
     /// Print the long explanation of a diagnostic code, e.g. `E0107`.
     Explain {
         /// The code, e.g. `E0107`.
@@ -82,6 +91,7 @@ fn main() -> ExitCode {
                 ExitCode::SUCCESS
             }
         }
+        Command::Test { root } => test(&root),
         Command::Explain { code } => match Code::parse(&code) {
             Some(c) => {
                 print!("{}", explain(c));
@@ -92,5 +102,47 @@ fn main() -> ExitCode {
                 ExitCode::from(2)
             }
         },
+    }
+}
+
+fn test(root: &std::path::Path) -> ExitCode {
+    let checked = match check_root(root) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let color = std::io::stdout().is_terminal();
+    let Some(report) = caseops_compile::run_scenarios(&checked) else {
+        print!(
+            "{}",
+            render::human(&checked.sources, &checked.diagnostics, color)
+        );
+        println!("scenarios not run: fix the errors above first");
+        return ExitCode::from(1);
+    };
+    for (file, name, passed, detail) in &report.results {
+        if *passed {
+            println!("ok    {file}: {name}");
+        } else {
+            println!("FAIL  {file}: {name}: {detail}");
+        }
+    }
+    let mut diagnostics = checked.diagnostics.clone();
+    diagnostics.extend(report.diagnostics.iter().cloned());
+    if !diagnostics.is_empty() {
+        print!("{}", render::human(&checked.sources, &diagnostics, color));
+    }
+    let failed = report.failed();
+    println!("{} passed, {failed} failed", report.results.len() - failed);
+    if failed > 0
+        || diagnostics
+            .iter()
+            .any(|d| d.severity == caseops_compile::Severity::Error)
+    {
+        ExitCode::from(1)
+    } else {
+        ExitCode::SUCCESS
     }
 }

@@ -775,7 +775,7 @@ pub fn is_scope(s: &str) -> bool {
     parts.len() >= 2 && parts.iter().all(|p| is_snake_case(p))
 }
 
-fn is_error_code(s: &str) -> bool {
+pub fn is_error_code(s: &str) -> bool {
     let mut chars = s.chars();
     matches!(chars.next(), Some('A'..='Z'))
         && chars.all(|c| matches!(c, 'A'..='Z' | '0'..='9' | '_'))

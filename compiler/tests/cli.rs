@@ -11,23 +11,25 @@ fn repo_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
 }
 
-/// A copy of the repository's contracts in a fresh temporary directory.
+/// A copy of the repository's contracts and policies in a fresh temporary directory.
 fn project_copy(name: &str) -> PathBuf {
     let dir = std::env::temp_dir().join(format!("caseops-cli-{name}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(dir.join("contracts/tools")).unwrap();
-    for rel in ["contracts/agent.yaml", "contracts/state-machine.yaml"] {
-        std::fs::copy(repo_root().join(rel), dir.join(rel)).unwrap();
-    }
-    for entry in std::fs::read_dir(repo_root().join("contracts/tools")).unwrap() {
-        let entry = entry.unwrap();
-        std::fs::copy(
-            entry.path(),
-            dir.join("contracts/tools").join(entry.file_name()),
-        )
-        .unwrap();
-    }
+    copy_dir(&repo_root().join("contracts"), &dir.join("contracts"));
+    copy_dir(&repo_root().join("policies"), &dir.join("policies"));
     dir
+}
+
+fn copy_dir(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for entry in std::fs::read_dir(from).unwrap() {
+        let entry = entry.unwrap();
+        if entry.path().is_dir() {
+            copy_dir(&entry.path(), &to.join(entry.file_name()));
+        } else {
+            std::fs::copy(entry.path(), to.join(entry.file_name())).unwrap();
+        }
+    }
 }
 
 fn check(root: &Path, extra: &[&str]) -> Output {

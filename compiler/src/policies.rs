@@ -1,0 +1,458 @@
+//! The compiler's one home of Cedar: parsing `policies/*.cedar`, validating them with
+//! Cedar's strict validator against the schema generated from the contracts, checking
+//! our annotation rules (`@id`, `@reason`), and evaluating authorization scenarios.
+//!
+//! Cedar reports its errors as miette diagnostics with byte spans into the policy
+//! text; they are turned into our [`Diagnostic`]s located in the `.cedar` file.
+
+use std::collections::BTreeMap;
+use std::str::FromStr;
+
+use cedar_policy::{
+    Authorizer, Context, Decision, Effect, Entities, EntityId, EntityTypeName, EntityUid, PolicyId,
+    PolicySet, Request, Schema, ValidationMode, Validator,
+};
+use miette::Diagnostic as MietteDiagnostic;
+
+use crate::cedar_schema::{self, NAMESPACE, TASK_TYPE, TENANT_TYPE};
+use crate::codes::Code;
+use crate::diagnostic::{Diagnostic, Diagnostics, closest};
+use crate::project::Project;
+use crate::reader::list;
+use crate::source::{FileId, Sources};
+use crate::yaml::Span;
+
+pub const POLICY_DIR: &str = "policies/";
+
+/// The validated policies of a project with the place each policy came from.
+pub struct Policies {
+    pub schema: Schema,
+    pub schema_json: serde_json::Value,
+    pub set: PolicySet,
+    /// `@id` → (file, span of the policy text).
+    pub origin: BTreeMap<String, (FileId, Span)>,
+    /// The policy texts in file order, for the generated crate.
+    pub texts: Vec<(String, String)>,
+}
+
+/// Generates the schema, parses and validates every policy file. Returns `None` when
+/// the contracts are too broken to generate a schema (already reported) or a policy
+/// failed to parse or validate.
+pub fn check_policies(
+    sources: &Sources,
+    project: &Project,
+    diags: &mut Diagnostics,
+) -> Option<Policies> {
+    let agent = project.agent.as_ref()?;
+    if project.tools_incomplete {
+        return None;
+    }
+    let schema_json = cedar_schema::schema_json(agent, &project.tools);
+    let schema = match Schema::from_json_value(schema_json.clone()) {
+        Ok(s) => s,
+        Err(e) => {
+            diags.push(
+                Diagnostic::unlocated(
+                    Code::CedarSchemaInvalid,
+                    Some(agent.file),
+                    format!("the cedar schema generated from the contracts is invalid: {e}"),
+                )
+                .help("this is a compiler bug; please report it with the contracts that cause it"),
+            );
+            return None;
+        }
+    };
+
+    let files = sources.under(POLICY_DIR);
+    let files: Vec<FileId> = files
+        .into_iter()
+        .filter(|id| sources.get(*id).path.ends_with(".cedar"))
+        .collect();
+    if files.is_empty() {
+        diags.push(
+            Diagnostic::unlocated(Code::NoPolicies, None, "no policies found in `policies/`").help(
+                "add `policies/<name>.cedar`; without a permit policy every tool call is denied",
+            ),
+        );
+    }
+
+    let reasons: Vec<&str> = agent
+        .deny_reasons
+        .iter()
+        .map(|r| r.value.as_str())
+        .collect();
+    let mut merged = PolicySet::new();
+    let mut origin: BTreeMap<String, (FileId, Span)> = BTreeMap::new();
+    let mut texts = Vec::new();
+    let mut ok = true;
+    let mut annotations_ok = true;
+    for id in files {
+        let file = sources.get(id);
+        if file.invalid_utf8_at.is_some() || file.size > crate::project::MAX_FILE_BYTES {
+            crate::project::parse_file(sources, id, diags); // reports encoding or size
+            ok = false;
+            continue;
+        }
+        let parsed = match PolicySet::from_str(&file.text) {
+            Ok(p) => p,
+            Err(errors) => {
+                for e in errors.iter() {
+                    diags.push(from_miette(
+                        Code::CedarParse,
+                        id,
+                        &file.text,
+                        e,
+                        "cedar syntax error",
+                    ));
+                }
+                ok = false;
+                continue;
+            }
+        };
+        let mut search_from = 0;
+        for policy in parsed.policies() {
+            let text = policy.to_string();
+            let span = match file.text[search_from..].find(&text) {
+                Some(at) => {
+                    search_from += at + text.len();
+                    (search_from - text.len())..search_from
+                }
+                None => 0..0,
+            };
+            let head = head_span(&file.text, &span);
+            let synthetic;
+            let name = match policy.annotation("id") {
+                Some(name) => name,
+                None => {
+                    diags.push(
+                        Diagnostic::at(Code::PolicyWithoutId, id, head.clone(), "policy has no `@id` annotation")
+                            .label("policy without id")
+                            .help("add `@id(\"<unique-name>\")` above the policy; ids name policies in decisions and audit records"),
+                    );
+                    annotations_ok = false;
+                    // Still validate it, under a name no `@id` can take.
+                    synthetic = format!("{}#{}", file.path, policy.id());
+                    &synthetic
+                }
+            };
+            if let Some((first_file, first_span)) = origin.get(name) {
+                diags.push(
+                    Diagnostic::at(
+                        Code::DuplicatePolicyId,
+                        id,
+                        annotation_span(&file.text, &span, "id").unwrap_or(head.clone()),
+                        format!("policy id `{name}` is used twice"),
+                    )
+                    .label("used again here")
+                    .secondary(
+                        *first_file,
+                        head_span(&sources.get(*first_file).text, first_span),
+                        "first used here",
+                    )
+                    .help("give every policy a unique `@id`"),
+                );
+                annotations_ok = false;
+                continue;
+            }
+            match policy.annotation("reason") {
+                Some(reason) if !reasons.contains(&reason) => {
+                    let mut d = Diagnostic::at(
+                        Code::UnknownReason,
+                        id,
+                        annotation_span(&file.text, &span, "reason").unwrap_or(head.clone()),
+                        format!("`@reason(\"{reason}\")` is not a declared deny reason"),
+                    )
+                    .label("unknown reason code");
+                    d = match closest(reason, reasons.iter().copied()) {
+                        Some(c) => d.help(format!("did you mean `{c}`?")),
+                        None => d.help(format!(
+                            "declared reasons (`deny_reasons` in `contracts/agent.yaml`): {}",
+                            list(&reasons)
+                        )),
+                    };
+                    diags.push(d);
+                    annotations_ok = false;
+                }
+                None if policy.effect() == Effect::Forbid => {
+                    diags.push(
+                        Diagnostic::at(
+                            Code::ForbidWithoutReason,
+                            id,
+                            head.clone(),
+                            format!("forbid policy `{name}` has no `@reason`"),
+                        )
+                        .label("forbid without reason")
+                        .help("add `@reason(\"<CODE>\")` so a denial tells the caller why"),
+                    );
+                    annotations_ok = false;
+                }
+                _ => {}
+            }
+            origin.insert(name.to_string(), (id, span));
+            texts.push((name.to_string(), text));
+            let renamed = policy.new_id(PolicyId::new(name));
+            if merged.add(renamed).is_err() {
+                ok = false;
+            }
+        }
+    }
+    if !ok {
+        return None;
+    }
+
+    let result = Validator::new(schema.clone()).validate(&merged, ValidationMode::Strict);
+    for e in result.validation_errors() {
+        let Some((file, _)) = origin.get(e.policy_id().to_string().as_str()) else {
+            continue;
+        };
+        let text = &sources.get(*file).text;
+        diags.push(from_miette(
+            Code::CedarValidation,
+            *file,
+            text,
+            e,
+            "policy does not type-check",
+        ));
+    }
+    for w in result.validation_warnings() {
+        let Some((file, _)) = origin.get(w.policy_id().to_string().as_str()) else {
+            continue;
+        };
+        let text = &sources.get(*file).text;
+        diags.push(from_miette(
+            Code::CedarWarning,
+            *file,
+            text,
+            w,
+            "policy warning",
+        ));
+    }
+    if result.validation_errors().next().is_some() || !annotations_ok {
+        return None;
+    }
+    Some(Policies {
+        schema,
+        schema_json,
+        set: merged,
+        origin,
+        texts,
+    })
+}
+
+/// The Cedar schema in Cedar's own schema syntax, printed by Cedar from the JSON form.
+///
+/// Cedar qualifies primitive types as `__cedar::String`; the schema declares no type of
+/// its own named like a primitive, so the plain names mean the same and read better.
+pub fn schema_text(schema_json: &serde_json::Value) -> Result<String, String> {
+    let text = cedar_policy::SchemaFragment::from_json_value(schema_json.clone())
+        .map_err(|e| e.to_string())?
+        .to_cedarschema()
+        .map_err(|e| e.to_string())?;
+    Ok(text.replace("__cedar::", ""))
+}
+
+/// A miette diagnostic from Cedar as one of ours, located at its first label.
+fn from_miette(
+    code: Code,
+    file: FileId,
+    text: &str,
+    e: &(impl MietteDiagnostic + std::fmt::Display + ?Sized),
+    label: &str,
+) -> Diagnostic {
+    let message = lower_first(&e.to_string());
+    let help = e.help().map(|h| lower_first(&h.to_string()));
+    let labels: Vec<_> = e
+        .labels()
+        .map(|l| l.collect::<Vec<_>>())
+        .unwrap_or_default();
+    let mut d = match labels.first() {
+        Some(first) => {
+            let start = first.offset().min(text.len());
+            let end = (first.offset() + first.len()).min(text.len());
+            Diagnostic::at(code, file, start..end, message).label(
+                first
+                    .label()
+                    .map(str::to_string)
+                    .unwrap_or_else(|| label.to_string()),
+            )
+        }
+        None => Diagnostic::unlocated(code, Some(file), message),
+    };
+    for extra in labels.iter().skip(1) {
+        let start = extra.offset().min(text.len());
+        let end = (extra.offset() + extra.len()).min(text.len());
+        d = d.secondary(file, start..end, extra.label().unwrap_or("related"));
+    }
+    match help {
+        Some(h) => d.help(h),
+        None => d.help(match code {
+            Code::CedarParse => "fix the policy syntax; see https://docs.cedarpolicy.com/policies/syntax-policy.html",
+            _ => "policies are validated against the Cedar schema generated from `contracts/`",
+        }),
+    }
+}
+
+fn lower_first(s: &str) -> String {
+    let s = s.trim().trim_end_matches('.');
+    let mut c = s.chars();
+    match c.next() {
+        // Keep acronyms such as `JSON` intact.
+        Some(f) if c.clone().next().is_some_and(|n| n.is_lowercase()) => {
+            f.to_lowercase().collect::<String>() + c.as_str()
+        }
+        Some(f) => f.to_string() + c.as_str(),
+        None => String::new(),
+    }
+}
+
+/// The `permit`/`forbid` keyword of a policy (where a reader looks for "which policy").
+pub(crate) fn head_span(text: &str, span: &Span) -> Span {
+    let body = &text[span.clone()];
+    for kw in ["permit", "forbid"] {
+        if let Some(at) = find_keyword(body, kw) {
+            return span.start + at..span.start + at + kw.len();
+        }
+    }
+    span.start..span.start
+}
+
+fn find_keyword(body: &str, kw: &str) -> Option<usize> {
+    body.match_indices(kw).map(|(i, _)| i).find(|&i| {
+        let before = body[..i].chars().last();
+        before.is_none_or(|c| !c.is_alphanumeric() && c != '_' && c != '"')
+    })
+}
+
+/// The value of `@key("…")` inside a policy's text.
+fn annotation_span(text: &str, span: &Span, key: &str) -> Option<Span> {
+    let body = &text[span.clone()];
+    let at = body.find(&format!("@{key}("))?;
+    let open = body[at..].find('"')? + at;
+    let close = body[open + 1..].find('"')? + open + 1;
+    Some(span.start + open..span.start + close + 1)
+}
+
+/// One authorization request of a scenario, in contract terms.
+pub struct ScenarioRequest<'a> {
+    pub tenant: &'a str,
+    pub subject: &'a str,
+    pub task_id: &'a str,
+    pub scopes: &'a [String],
+    pub stage: &'a str,
+    pub bound_resource: &'a str,
+    pub catalog: &'a [String],
+    pub tool: &'a crate::tool::ToolContract,
+    pub resource: &'a str,
+    pub resource_tenant: &'a str,
+    pub arguments: &'a serde_json::Value,
+    pub context: &'a serde_json::Map<String, serde_json::Value>,
+}
+
+/// The outcome of one evaluation: allowed, or denied with the reason of the
+/// highest-priority determining policy (`None` when no policy determined it).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Outcome {
+    Allow,
+    Deny(Option<String>),
+}
+
+/// Evaluates one request with the real Cedar authorizer. Returns the outcome and the
+/// ids of the determining policies, or a message when the request is malformed.
+pub fn evaluate(
+    policies: &Policies,
+    resource_type: &str,
+    deny_reasons: &[String],
+    req: &ScenarioRequest,
+) -> Result<(Outcome, Vec<String>), String> {
+    let ty = |name: &str| {
+        EntityTypeName::from_str(&format!("{NAMESPACE}::{name}")).map_err(|e| e.to_string())
+    };
+    let uid = |t: &str, id: &str| -> Result<EntityUid, String> {
+        Ok(EntityUid::from_type_name_and_id(ty(t)?, EntityId::new(id)))
+    };
+    let tenant_json = |id: &str, catalog: &[String]| {
+        serde_json::json!({
+            "uid": { "type": format!("{NAMESPACE}::{TENANT_TYPE}"), "id": id },
+            "attrs": { "catalog": catalog },
+            "parents": [],
+        })
+    };
+    let mut entities = vec![tenant_json(req.tenant, req.catalog)];
+    if req.resource_tenant != req.tenant {
+        entities.push(tenant_json(req.resource_tenant, &[]));
+    }
+    let tenant_ref = |id: &str| serde_json::json!({ "__entity": { "type": format!("{NAMESPACE}::{TENANT_TYPE}"), "id": id } });
+    let resource_ref = |id: &str| serde_json::json!({ "__entity": { "type": format!("{NAMESPACE}::{resource_type}"), "id": id } });
+    entities.push(serde_json::json!({
+        "uid": { "type": format!("{NAMESPACE}::{resource_type}"), "id": req.resource },
+        "attrs": { "tenant": tenant_ref(req.resource_tenant) },
+        "parents": [ { "type": format!("{NAMESPACE}::{TENANT_TYPE}"), "id": req.resource_tenant } ],
+    }));
+    if req.bound_resource != req.resource {
+        // The run's own resource exists too (in the task's tenant).
+        entities.push(serde_json::json!({
+            "uid": { "type": format!("{NAMESPACE}::{resource_type}"), "id": req.bound_resource },
+            "attrs": { "tenant": tenant_ref(req.tenant) },
+            "parents": [ { "type": format!("{NAMESPACE}::{TENANT_TYPE}"), "id": req.tenant } ],
+        }));
+    }
+    entities.push(serde_json::json!({
+        "uid": { "type": format!("{NAMESPACE}::{TASK_TYPE}"), "id": req.task_id },
+        "attrs": {
+            "tenant": tenant_ref(req.tenant),
+            "subject": req.subject,
+            "scopes": req.scopes,
+            "resource": resource_ref(req.bound_resource),
+            "stage": req.stage,
+        },
+        "parents": [ { "type": format!("{NAMESPACE}::{TENANT_TYPE}"), "id": req.tenant } ],
+    }));
+    let entities =
+        Entities::from_json_value(serde_json::Value::Array(entities), Some(&policies.schema))
+            .map_err(|e| format!("entities: {e}"))?;
+    let action =
+        EntityUid::from_type_name_and_id(ty("Action")?, EntityId::new(&req.tool.name.value));
+    let mut context = serde_json::json!({
+        "tool": req.tool.name.value,
+        "risk": req.tool.risk.value.as_str(),
+        "required_scope": req.tool.required_scope.value,
+        "stage": req.stage,
+        "arguments": req.arguments,
+    });
+    for (k, v) in req.context {
+        context[k] = v.clone();
+    }
+    let context = Context::from_json_value(context, Some((&policies.schema, &action)))
+        .map_err(|e| format!("context: {e}"))?;
+    let request = Request::new(
+        uid(TASK_TYPE, req.task_id)?,
+        action,
+        uid(resource_type, req.resource)?,
+        context,
+        Some(&policies.schema),
+    )
+    .map_err(|e| format!("request: {e}"))?;
+    let response = Authorizer::new().is_authorized(&request, &policies.set, &entities);
+    let determining: Vec<String> = response
+        .diagnostics()
+        .reason()
+        .map(|p| p.to_string())
+        .collect();
+    let outcome = match response.decision() {
+        Decision::Allow => Outcome::Allow,
+        Decision::Deny => {
+            let mut found: Vec<&str> = determining
+                .iter()
+                .filter_map(|id| policies.set.annotation(&PolicyId::new(id), "reason"))
+                .collect();
+            found.sort_by_key(|r| {
+                deny_reasons
+                    .iter()
+                    .position(|d| d == r)
+                    .unwrap_or(usize::MAX)
+            });
+            Outcome::Deny(found.first().map(|s| s.to_string()))
+        }
+    };
+    Ok((outcome, determining))
+}

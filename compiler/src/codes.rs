@@ -239,6 +239,10 @@ codes! {
         "`caseops-compile test` found a policy that no scenario's decision was determined by. Add a scenario that proves what the policy allows or denies.",
         "# no scenario hits forbid-writes\n",
         "- name: writes are denied\n  action: some_write_tool\n  expect: deny\n  reason: TOOL_RISK_NOT_ALLOWED\n";
+    GeneratedDrift = "E0501", Error, "generated crate is out of date",
+        "`generated/` is written only by `caseops-compile build`. A file there differs from what `build` would write now (a contract or policy changed without a rebuild, or a generated file was edited by hand), is missing, or is not a generated file. Run `caseops-compile build` and commit the sources and `generated/` together.",
+        "# edited contracts/tools/x.yaml, committed without rebuilding\n",
+        "caseops-compile build && git add contracts generated\n";
     UnknownState = "E0301", Error, "unknown state",
         "A transition, invariant or the initial state names a state that is neither in `states` nor in `terminal`.",
         "transitions:\n  planing: [tool_proposed]\n",

@@ -10,6 +10,7 @@
 //! ```
 
 pub mod agent;
+pub mod build;
 pub mod cedar_schema;
 pub mod codes;
 pub mod diagnostic;

@@ -4,6 +4,7 @@ use std::io::{IsTerminal, Write};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
+use caseops_compile::build::{self, BuildError, Builder};
 use caseops_compile::{Code, check_root, explain, render};
 use clap::{Parser, Subcommand, ValueEnum};
 
@@ -31,6 +32,24 @@ enum Command {
         /// Treat warnings as errors (exit 1 when any warning is found).
         #[arg(long)]
         deny_warnings: bool,
+    },
+    /// Compile the contracts into the generated crate (`generated/` by default).
+    ///
+    /// Refuses to write anything when `check` finds an error. The output is the same
+    /// byte for byte on every run.
+    Build {
+        /// Project root holding `contracts/` and `policies/`.
+        #[arg(long, env = "CASEOPS_ROOT", default_value = ".")]
+        root: PathBuf,
+        /// Output directory (default `<root>/generated`).
+        #[arg(long)]
+        out_dir: Option<PathBuf>,
+        /// Package name of the generated crate.
+        #[arg(long, default_value = "caseops-generated")]
+        crate_name: String,
+        /// Path of `caseops-runtime` relative to the output directory.
+        #[arg(long, default_value = "../runtime")]
+        runtime_path: String,
     },
     /// Evaluate the authorization scenarios in `policies/tests/` with the Cedar authorizer.
     ///
@@ -66,13 +85,15 @@ fn main() -> ExitCode {
             format,
             deny_warnings,
         } => {
-            let checked = match check_root(&root) {
+            let mut checked = match check_root(&root) {
                 Ok(c) => c,
                 Err(e) => {
                     eprintln!("error: {e}");
                     return ExitCode::from(2);
                 }
             };
+            let drift = build::drift_diagnostics(&mut checked, &Builder::new().root(&root));
+            checked.diagnostics.extend(drift);
             let out = match format {
                 Format::Human => render::human(
                     &checked.sources,
@@ -92,6 +113,40 @@ fn main() -> ExitCode {
             }
         }
         Command::Test { root } => test(&root),
+        Command::Build {
+            root,
+            out_dir,
+            crate_name,
+            runtime_path,
+        } => {
+            let mut builder = Builder::new()
+                .root(&root)
+                .crate_name(crate_name)
+                .runtime_path(runtime_path);
+            if let Some(dir) = out_dir {
+                builder = builder.out_dir(dir);
+            }
+            match builder.run() {
+                Ok(g) => {
+                    println!(
+                        "wrote {} files to `{}` (bundle {})",
+                        g.files.len(),
+                        builder.output_dir().display(),
+                        &g.digest[..16]
+                    );
+                    ExitCode::SUCCESS
+                }
+                Err(BuildError::Invalid(report)) => {
+                    print!("{report}");
+                    eprintln!("error: nothing written: the contracts have errors");
+                    ExitCode::from(1)
+                }
+                Err(e) => {
+                    eprintln!("error: {e}");
+                    ExitCode::from(2)
+                }
+            }
+        }
         Command::Explain { code } => match Code::parse(&code) {
             Some(c) => {
                 print!("{}", explain(c));

@@ -1,0 +1,84 @@
+//! What a tool handler receives and returns.
+
+use std::collections::BTreeMap;
+
+use serde_json::Value;
+
+/// Trusted facts about the call, from the task token and the run, never from the model.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct CallContext {
+    pub tenant_id: String,
+    pub task_id: String,
+    pub subject: String,
+    /// The id of the run-bound resource (e.g. the case id).
+    pub resource_id: String,
+    pub tool_call_id: String,
+    pub correlation_id: String,
+    /// Values for system-injected fields, by field name (e.g. `idempotency_key`).
+    pub injected: BTreeMap<String, Value>,
+}
+
+impl CallContext {
+    /// The trusted values for the named system-injected fields, as one JSON object.
+    /// `tenant_id` and `task_id` come from the context itself unless overridden.
+    pub fn injected_fields(&self, names: &[&str]) -> Value {
+        let mut out = serde_json::Map::new();
+        for name in names {
+            let value = match (self.injected.get(*name), *name) {
+                (Some(v), _) => v.clone(),
+                (None, "tenant_id") => Value::String(self.tenant_id.clone()),
+                (None, "task_id") => Value::String(self.task_id.clone()),
+                (None, "actor_id" | "principal") => Value::String(self.subject.clone()),
+                (None, _) => continue,
+            };
+            out.insert((*name).to_string(), value);
+        }
+        Value::Object(out)
+    }
+}
+
+/// A failure a tool handler reports (or the glue around it detects).
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum ToolError {
+    /// A declared business outcome such as `CASE_NOT_FOUND`: never retried.
+    #[error("business error `{code}`: {message}")]
+    Business { code: String, message: String },
+    /// A temporary failure: retried when the contract allows it.
+    #[error("transient error `{code}`: {message}")]
+    Transient { code: String, message: String },
+    /// The arguments do not fit the tool's input type.
+    #[error("invalid arguments: {0}")]
+    InvalidArguments(String),
+    /// The tool's result does not fit its output type.
+    #[error("invalid result: {0}")]
+    InvalidResult(String),
+    /// No tool of that name in the bundle.
+    #[error("unknown tool `{0}`")]
+    UnknownTool(String),
+}
+
+impl ToolError {
+    pub fn business(code: impl Into<String>, message: impl Into<String>) -> Self {
+        ToolError::Business {
+            code: code.into(),
+            message: message.into(),
+        }
+    }
+
+    pub fn transient(code: impl Into<String>, message: impl Into<String>) -> Self {
+        ToolError::Transient {
+            code: code.into(),
+            message: message.into(),
+        }
+    }
+}
+
+/// Decodes tool arguments (or trusted fields) into their generated type.
+pub fn decode<T: serde::de::DeserializeOwned>(value: Value) -> Result<T, ToolError> {
+    serde_json::from_value(value).map_err(|e| ToolError::InvalidArguments(e.to_string()))
+}
+
+/// Encodes a handler's typed result as JSON.
+pub fn encode<T: serde::Serialize>(output: T) -> Result<Value, ToolError> {
+    serde_json::to_value(output).map_err(|e| ToolError::InvalidResult(e.to_string()))
+}

@@ -1,9 +1,9 @@
 //! The static contract table types: what the generated crate fills in for each tool.
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 /// A tool's risk class.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Risk {
     ReadOnly,

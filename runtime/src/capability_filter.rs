@@ -1,0 +1,63 @@
+//! Stage 2, capability filtering: the tools a planner may see this step.
+//!
+//! `effective_tools = tenant catalog ∩ principal scopes ∩ stage ∩ risk policy ∩
+//! runtime health ∩ tools whose required evidence exists`.
+
+use std::collections::BTreeSet;
+
+use crate::bundle::ContractBundle;
+use crate::contract::ToolContract;
+use crate::run::RunSpec;
+
+/// Tools the host currently considers unhealthy (e.g. their MCP server is down).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Health {
+    pub unhealthy: BTreeSet<String>,
+}
+
+/// Why a known tool is not visible, or `None` when it is.
+pub fn hidden_because(
+    spec: &RunSpec,
+    stage: &str,
+    tool: &ToolContract,
+    succeeded: &[String],
+    health: &Health,
+) -> Option<&'static str> {
+    if !spec.catalog.iter().any(|c| c == tool.name) {
+        return Some("not in the tenant catalog");
+    }
+    if !spec.scopes.iter().any(|s| s == tool.required_scope) {
+        return Some("scope missing");
+    }
+    // An empty stage list means every stage.
+    if !tool.stages.is_empty() && !tool.stages.contains(&stage) {
+        return Some("not offered in this stage");
+    }
+    if !spec.allowed_risks.contains(&tool.risk) {
+        return Some("risk not allowed for this run");
+    }
+    if health.unhealthy.contains(tool.name) {
+        return Some("unhealthy");
+    }
+    if !tool
+        .requires
+        .iter()
+        .all(|r| succeeded.iter().any(|s| s == r))
+    {
+        return Some("required evidence missing");
+    }
+    None
+}
+
+/// The tools visible to the planner, in contract-table order.
+pub fn effective_tools<B: ContractBundle>(
+    spec: &RunSpec,
+    stage: &str,
+    succeeded: &[String],
+    health: &Health,
+) -> Vec<&'static ToolContract> {
+    B::TOOLS
+        .iter()
+        .filter(|t| hidden_because(spec, stage, t, succeeded, health).is_none())
+        .collect()
+}

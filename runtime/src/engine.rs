@@ -1,0 +1,865 @@
+//! The run driver: moves a run through the nine stages of a tool call, one legal
+//! transition at a time, committing before every external call and at the end.
+
+use std::marker::PhantomData;
+use std::sync::Arc;
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+
+use crate::authorization::{Authorization, AuthzDecision, AuthzLoadError};
+use crate::bundle::ContractBundle;
+use crate::capability_filter::{self, Health};
+use crate::context::{PlannerView, build_view};
+use crate::contract::{Budgets, OnUnknown, ToolContract};
+use crate::execution::{self, EffectStatus, ExecError, Executor, ToolCall};
+use crate::fingerprint::{action_fingerprint, arguments_hash, canonical_json, sha256_hex};
+use crate::goal_assembly;
+use crate::handler::CallContext;
+use crate::machine::{IllegalTransition, Machine};
+use crate::normalization::{Observation, normalize};
+use crate::proposal::Planner;
+use crate::protocol::{self, Decision};
+use crate::run::{CallStatus, Checkpoint, LedgerRow, Outcome, RunSpec, reasons};
+use crate::state::RunStateEnum;
+use crate::state_update::Controls;
+use crate::store::{Batch, CommitPoint, RunStore, StoreError};
+use crate::validation::{SchemaError, Validators};
+
+/// Why the runtime could not drive a run at all (the run itself records every
+/// business outcome; these are infrastructure failures).
+#[derive(Debug, thiserror::Error)]
+pub enum RuntimeError {
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error("runtime bug: {0}")]
+    Illegal(#[from] IllegalTransition),
+    #[error("run `{0}` has no committed checkpoint")]
+    NotFound(String),
+    #[error("run `{run_id}` has a corrupt checkpoint: {message}")]
+    Corrupt { run_id: String, message: String },
+}
+
+/// Loading a bundle failed: its schemas or policies do not compile.
+#[derive(Debug, thiserror::Error)]
+pub enum EngineError {
+    #[error(transparent)]
+    Schema(#[from] SchemaError),
+    #[error(transparent)]
+    Authorization(#[from] AuthzLoadError),
+}
+
+/// Milliseconds since the Unix epoch; injectable so tests can move time.
+pub type Clock = Arc<dyn Fn() -> u64 + Send + Sync>;
+
+fn system_clock() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
+}
+
+/// A bundle's compiled validators and policies, shared by every run.
+pub struct Engine<B: ContractBundle> {
+    validators: Validators,
+    authorization: Authorization,
+    budgets: Budgets,
+    health: Health,
+    clock: Clock,
+    _bundle: PhantomData<B>,
+}
+
+/// The call in flight, kept in the snapshot so recovery knows what was pending.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+struct Pending {
+    row: LedgerRow,
+}
+
+/// The whole state of a run, written into every checkpoint.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+struct Snapshot {
+    spec: RunSpec,
+    state: String,
+    sequence: u64,
+    stage: String,
+    controls: Controls,
+    pending: Option<Pending>,
+    outcome: Option<Outcome>,
+}
+
+/// A run being driven, with the checkpoints and ledger rows of the open batch.
+struct Run<S: RunStateEnum> {
+    spec: RunSpec,
+    machine: Machine<S>,
+    stage: String,
+    controls: Controls,
+    pending: Option<Pending>,
+    outcome: Option<Outcome>,
+    checkpoints: Vec<Checkpoint>,
+    ledger: Vec<LedgerRow>,
+}
+
+impl<S: RunStateEnum> Run<S> {
+    fn snapshot(&self) -> Snapshot {
+        Snapshot {
+            spec: self.spec.clone(),
+            state: self.machine.state().as_str().to_string(),
+            sequence: self.machine.sequence(),
+            stage: self.stage.clone(),
+            controls: self.controls.clone(),
+            pending: self.pending.clone(),
+            outcome: self.outcome.clone(),
+        }
+    }
+
+    /// Applies a transition (never an illegal one) and records its checkpoint.
+    fn go(&mut self, to: S, reason: Option<&str>, now_ms: u64) -> Result<(), IllegalTransition> {
+        let from = self.machine.state().as_str().to_string();
+        let sequence = self.machine.apply(to)?;
+        let snapshot = serde_json::to_value(self.snapshot()).expect("snapshot serializes");
+        self.checkpoints.push(Checkpoint {
+            run_id: self.spec.run_id.clone(),
+            sequence,
+            from,
+            to: to.as_str().to_string(),
+            at_ms: now_ms,
+            reason: reason.map(str::to_string),
+            snapshot,
+        });
+        Ok(())
+    }
+
+    fn record(&mut self, row: LedgerRow) {
+        self.ledger.retain(|r| r.tool_call_id != row.tool_call_id);
+        self.ledger.push(row);
+    }
+}
+
+fn state<S: RunStateEnum>(name: &str) -> S {
+    // INVARIANT: the compiler checks that the table declares every state the runtime
+    // names (E0306), so a generated bundle always has these.
+    S::parse(name).unwrap_or_else(|| panic!("bundle lacks runtime state `{name}`"))
+}
+
+impl<B: ContractBundle> Engine<B> {
+    /// Compiles the bundle's schemas and policies once.
+    pub fn new() -> Result<Self, EngineError> {
+        Ok(Self {
+            validators: Validators::compile::<B>()?,
+            authorization: Authorization::load::<B>()?,
+            budgets: B::BUDGETS,
+            health: Health::default(),
+            clock: Arc::new(system_clock),
+            _bundle: PhantomData,
+        })
+    }
+
+    /// Replaces the bundle's budgets (e.g. a tenant with tighter limits).
+    pub fn with_budgets(mut self, budgets: Budgets) -> Self {
+        self.budgets = budgets;
+        self
+    }
+
+    pub fn with_clock(mut self, clock: Clock) -> Self {
+        self.clock = clock;
+        self
+    }
+
+    pub fn with_health(mut self, health: Health) -> Self {
+        self.health = health;
+        self
+    }
+
+    pub fn budgets(&self) -> &Budgets {
+        &self.budgets
+    }
+
+    pub fn validators(&self) -> &Validators {
+        &self.validators
+    }
+
+    pub fn authorization(&self) -> &Authorization {
+        &self.authorization
+    }
+
+    fn now(&self) -> u64 {
+        (self.clock)()
+    }
+
+    /// The planner's view of a run in its current state (the context builder's input).
+    fn view(&self, run: &Run<B::State>) -> PlannerView {
+        let goal = goal_assembly::assemble::<B>(&run.spec, &run.stage);
+        let tools = capability_filter::effective_tools::<B>(
+            &run.spec,
+            &run.stage,
+            &run.controls.succeeded_tools(),
+            &self.health,
+        );
+        build_view(
+            &goal,
+            run.controls.step_count(),
+            self.budgets.max_steps,
+            &tools,
+            run.controls.observations(),
+            self.validators.final_answer_schema(),
+        )
+    }
+
+    /// Starts a new run and drives it to a terminal state.
+    pub async fn start<P: Planner, E: Executor, St: RunStore>(
+        &self,
+        spec: RunSpec,
+        planner: &P,
+        executor: &E,
+        store: &St,
+    ) -> Result<Outcome, RuntimeError> {
+        let now = self.now();
+        let mut run = Run {
+            stage: spec.stage.clone(),
+            spec,
+            machine: Machine::new(),
+            controls: Controls::new(now),
+            pending: None,
+            outcome: None,
+            checkpoints: Vec::new(),
+            ledger: Vec::new(),
+        };
+        self.drive(&mut run, planner, executor, store).await
+    }
+
+    /// Resumes a run from its last committed checkpoint (DESIGN §4 recovery).
+    pub async fn resume<P: Planner, E: Executor, St: RunStore>(
+        &self,
+        run_id: &str,
+        planner: &P,
+        executor: &E,
+        store: &St,
+    ) -> Result<Outcome, RuntimeError> {
+        let stored = store
+            .load(run_id)
+            .await?
+            .ok_or_else(|| RuntimeError::NotFound(run_id.to_string()))?;
+        if let Some(outcome) = stored.outcome {
+            return Ok(outcome);
+        }
+        let last = stored
+            .checkpoints
+            .last()
+            .ok_or_else(|| RuntimeError::NotFound(run_id.to_string()))?;
+        let corrupt = |message: String| RuntimeError::Corrupt {
+            run_id: run_id.to_string(),
+            message,
+        };
+        let snap: Snapshot =
+            serde_json::from_value(last.snapshot.clone()).map_err(|e| corrupt(e.to_string()))?;
+        if snap.spec.run_id != run_id || snap.sequence != last.sequence {
+            return Err(corrupt(
+                "snapshot does not belong to this checkpoint".into(),
+            ));
+        }
+        let current = B::State::parse(&snap.state)
+            .ok_or_else(|| corrupt(format!("unknown state `{}`", snap.state)))?;
+        let mut run = Run {
+            spec: snap.spec,
+            machine: Machine::restore(current, snap.sequence),
+            stage: snap.stage,
+            controls: snap.controls,
+            pending: snap.pending,
+            outcome: snap.outcome,
+            checkpoints: Vec::new(),
+            ledger: Vec::new(),
+        };
+        if let Some(outcome) = &run.outcome
+            && current.is_terminal()
+        {
+            return Ok(outcome.clone());
+        }
+        let pending_state =
+            ["tool_proposed", "tool_authorized", "tool_running"].contains(&current.as_str());
+        if pending_state {
+            let resumed = self.recover_pending(&mut run, executor, store).await?;
+            if let Some(outcome) = resumed {
+                return Ok(outcome);
+            }
+        }
+        self.drive(&mut run, planner, executor, store).await
+    }
+
+    /// A call was pending when the run stopped. Reads are discarded and re-planned;
+    /// writes are reconciled with `confirm_with`; anything else goes to a human.
+    async fn recover_pending<E: Executor, St: RunStore>(
+        &self,
+        run: &mut Run<B::State>,
+        executor: &E,
+        store: &St,
+    ) -> Result<Option<Outcome>, RuntimeError> {
+        let now = self.now();
+        let Some(pending) = run.pending.clone() else {
+            return self
+                .finish(
+                    run,
+                    "needs_human",
+                    Some(reasons::UNSAFE_RESUME_POINT),
+                    None,
+                    store,
+                )
+                .await
+                .map(Some);
+        };
+        let mut row = pending.row;
+        let tool = B::tool(&row.tool_name);
+        match tool {
+            Some(t) if !t.risk.is_write() => {
+                row.status = CallStatus::Failed;
+                row.error_class = Some("recovery".into());
+                row.error_code = Some(reasons::RECOVERED_DISCARDED.into());
+                row.finished_at_ms = Some(now);
+                run.controls.forget_proposal(&row.fingerprint);
+                run.record(row);
+                run.pending = None;
+                run.controls.recovered();
+                run.go(
+                    state("planning"),
+                    Some("recovery: pending read discarded"),
+                    now,
+                )?;
+                Ok(None)
+            }
+            Some(t) if t.risk == crate::contract::Risk::ReversibleWrite && t.effects.is_some() => {
+                let effects = t.effects.expect("checked");
+                let Some(confirm) = B::tool(effects.confirm_with) else {
+                    return self
+                        .finish(
+                            run,
+                            "needs_human",
+                            Some(reasons::UNSAFE_RESUME_POINT),
+                            None,
+                            store,
+                        )
+                        .await
+                        .map(Some);
+                };
+                let call = self.tool_call(run, t, &row.tool_call_id, row.arguments.clone());
+                let status = executor
+                    .confirm_effect(&call, confirm)
+                    .await
+                    .unwrap_or(EffectStatus::Unknown);
+                self.settle_unknown(run, t, row, status, store).await
+            }
+            _ => self
+                .finish(
+                    run,
+                    "needs_human",
+                    Some(reasons::UNSAFE_RESUME_POINT),
+                    None,
+                    store,
+                )
+                .await
+                .map(Some),
+        }
+    }
+
+    /// Resolves a write whose effect was unknown, with what `confirm_with` found.
+    async fn settle_unknown<St: RunStore>(
+        &self,
+        run: &mut Run<B::State>,
+        tool: &'static ToolContract,
+        mut row: LedgerRow,
+        status: EffectStatus,
+        store: &St,
+    ) -> Result<Option<Outcome>, RuntimeError> {
+        let now = self.now();
+        // The recovered run may be in any pending state; reach tool_running first so
+        // every later transition is a legal one.
+        match status {
+            EffectStatus::Applied(result) => {
+                self.advance_to_running(run, now)?;
+                match normalize(
+                    &self.validators,
+                    tool,
+                    &row.tool_call_id,
+                    &row.arguments,
+                    result,
+                ) {
+                    Ok(obs) => {
+                        self.succeed(run, row, obs, now)?;
+                        Ok(None)
+                    }
+                    Err(_) => {
+                        row.status = CallStatus::Failed;
+                        row.error_class = Some("contract".into());
+                        row.error_code = Some(reasons::CONTRACT_VIOLATION.into());
+                        run.record(row);
+                        self.finish(
+                            run,
+                            "failed",
+                            Some(reasons::CONTRACT_VIOLATION),
+                            None,
+                            store,
+                        )
+                        .await
+                        .map(Some)
+                    }
+                }
+            }
+            EffectStatus::NotApplied => {
+                row.status = CallStatus::Failed;
+                row.error_class = Some("unknown_effect".into());
+                row.error_code = Some(reasons::EFFECT_NOT_APPLIED.into());
+                row.finished_at_ms = Some(now);
+                run.controls.forget_proposal(&row.fingerprint);
+                run.record(row);
+                run.pending = None;
+                run.controls.recovered();
+                run.go(state("planning"), Some("recovery: write not applied"), now)?;
+                Ok(None)
+            }
+            EffectStatus::Unknown => {
+                row.status = CallStatus::Failed;
+                row.error_class = Some("unknown_effect".into());
+                row.error_code = Some(reasons::EFFECT_UNKNOWN.into());
+                row.finished_at_ms = Some(now);
+                run.record(row);
+                let on_unknown = tool
+                    .effects
+                    .map(|e| e.on_unknown)
+                    .unwrap_or(OnUnknown::NeedsHuman);
+                let to = if on_unknown == OnUnknown::Fail {
+                    "failed"
+                } else {
+                    "needs_human"
+                };
+                self.finish(run, to, Some(reasons::EFFECT_UNKNOWN), None, store)
+                    .await
+                    .map(Some)
+            }
+        }
+    }
+
+    fn advance_to_running(
+        &self,
+        run: &mut Run<B::State>,
+        now: u64,
+    ) -> Result<(), IllegalTransition> {
+        for s in ["tool_authorized", "tool_running"] {
+            let current = run.machine.state().as_str();
+            if current == "tool_running" {
+                break;
+            }
+            if (current == "tool_proposed" && s == "tool_authorized")
+                || (current == "tool_authorized" && s == "tool_running")
+            {
+                run.go(state(s), Some("recovery: effect confirmed"), now)?;
+            }
+        }
+        Ok(())
+    }
+
+    fn succeed(
+        &self,
+        run: &mut Run<B::State>,
+        mut row: LedgerRow,
+        obs: Observation,
+        now: u64,
+    ) -> Result<(), IllegalTransition> {
+        row.status = CallStatus::Succeeded;
+        row.result = Some(obs.result.clone());
+        row.finished_at_ms = Some(now);
+        run.record(row);
+        run.pending = None;
+        run.controls.observe(obs);
+        run.go(state("observing"), None, now)
+    }
+
+    fn tool_call(
+        &self,
+        run: &Run<B::State>,
+        tool: &'static ToolContract,
+        id: &str,
+        arguments: Value,
+    ) -> ToolCall {
+        let mut context = CallContext {
+            tenant_id: run.spec.tenant_id.clone(),
+            task_id: run.spec.task_id.clone(),
+            subject: run.spec.subject.clone(),
+            resource_id: run.spec.resource_id.clone(),
+            tool_call_id: id.to_string(),
+            correlation_id: run.spec.correlation_id.clone(),
+            injected: Default::default(),
+        };
+        if !tool.idempotency_key.is_empty() {
+            // One business intent: the tool and the values of its key fields.
+            let mut key = serde_json::Map::new();
+            for f in tool.idempotency_key {
+                key.insert(
+                    f.to_string(),
+                    arguments.get(*f).cloned().unwrap_or(Value::Null),
+                );
+            }
+            let text = format!(
+                "{}\0{}\0{}",
+                run.spec.tenant_id,
+                tool.name,
+                canonical_json(&Value::Object(key))
+            );
+            context
+                .injected
+                .insert("idempotency_key".into(), json!(sha256_hex(text.as_bytes())));
+        }
+        ToolCall {
+            tool_call_id: id.to_string(),
+            tool,
+            arguments,
+            context,
+            attempt: 1,
+            timeout: std::time::Duration::from_secs(u64::from(
+                self.budgets.tool_timeout_seconds(tool),
+            )),
+        }
+    }
+
+    async fn commit<St: RunStore>(
+        &self,
+        run: &mut Run<B::State>,
+        point: CommitPoint,
+        store: &St,
+    ) -> Result<(), RuntimeError> {
+        let batch = Batch {
+            run_id: run.spec.run_id.clone(),
+            point,
+            checkpoints: std::mem::take(&mut run.checkpoints),
+            ledger: std::mem::take(&mut run.ledger),
+            state: run.machine.state().as_str().to_string(),
+            step_count: run.controls.step_count(),
+            outcome: run.outcome.clone(),
+        };
+        store.commit(batch).await?;
+        Ok(())
+    }
+
+    /// Moves to a terminal state and commits the outcome with it.
+    async fn finish<St: RunStore>(
+        &self,
+        run: &mut Run<B::State>,
+        to: &str,
+        reason: Option<&str>,
+        answer: Option<Value>,
+        store: &St,
+    ) -> Result<Outcome, RuntimeError> {
+        let outcome = Outcome {
+            run_id: run.spec.run_id.clone(),
+            status: to.to_string(),
+            stop_reason: reason.map(str::to_string),
+            final_answer: answer,
+            step_count: run.controls.step_count(),
+            recovery_count: run.controls.recovery_count(),
+        };
+        run.outcome = Some(outcome.clone());
+        run.pending = None;
+        run.go(state(to), reason, self.now())?;
+        self.commit(run, CommitPoint::Terminal, store).await?;
+        Ok(outcome)
+    }
+
+    fn new_row(
+        &self,
+        run: &Run<B::State>,
+        tool: &ToolContract,
+        id: &str,
+        arguments: &Value,
+        fingerprint: &str,
+    ) -> LedgerRow {
+        LedgerRow {
+            run_id: run.spec.run_id.clone(),
+            tool_call_id: id.to_string(),
+            tool_name: tool.name.to_string(),
+            tool_version: tool.version.to_string(),
+            arguments: arguments.clone(),
+            arguments_hash: arguments_hash(arguments),
+            fingerprint: fingerprint.to_string(),
+            status: CallStatus::Proposed,
+            attempt_count: 0,
+            result: None,
+            error_class: None,
+            error_code: None,
+            bundle_digest: B::BUNDLE_DIGEST.to_string(),
+            started_at_ms: self.now(),
+            finished_at_ms: None,
+        }
+    }
+
+    async fn drive<P: Planner, E: Executor, St: RunStore>(
+        &self,
+        run: &mut Run<B::State>,
+        planner: &P,
+        executor: &E,
+        store: &St,
+    ) -> Result<Outcome, RuntimeError> {
+        loop {
+            let current = run.machine.state();
+            if current.is_terminal() {
+                return Ok(run.outcome.clone().expect("a terminal run has an outcome"));
+            }
+            match current.as_str() {
+                "created" | "observing" => {
+                    if let Some(reason) = run.controls.exhausted(&self.budgets, self.now())
+                        && current.as_str() == "observing"
+                    {
+                        return self.finish(run, "stopped", Some(reason), None, store).await;
+                    }
+                    run.go(state("planning"), None, self.now())?;
+                }
+                "planning" => {
+                    if let Some(outcome) = self.plan_step(run, planner, executor, store).await? {
+                        return Ok(outcome);
+                    }
+                }
+                other => {
+                    // Only recovery leaves a run in a pending state between steps.
+                    return Err(RuntimeError::Corrupt {
+                        run_id: run.spec.run_id.clone(),
+                        message: format!("cannot continue from `{other}` without recovery"),
+                    });
+                }
+            }
+        }
+    }
+
+    /// One planner round from `planning`: returns the outcome when the run ended.
+    async fn plan_step<P: Planner, E: Executor, St: RunStore>(
+        &self,
+        run: &mut Run<B::State>,
+        planner: &P,
+        executor: &E,
+        store: &St,
+    ) -> Result<Option<Outcome>, RuntimeError> {
+        if let Some(reason) = run.controls.exhausted(&self.budgets, self.now()) {
+            return self
+                .finish(run, "stopped", Some(reason), None, store)
+                .await
+                .map(Some);
+        }
+        self.commit(run, CommitPoint::BeforePlanner, store).await?;
+        let view = self.view(run);
+        let raw = match planner.propose(&view).await {
+            Ok(raw) => raw,
+            Err(_) => {
+                return self
+                    .finish(run, "failed", Some(reasons::PLANNER_ERROR), None, store)
+                    .await
+                    .map(Some);
+            }
+        };
+        let (decision, usage) = match protocol::parse::<B>(&raw) {
+            Ok(d) => d,
+            Err(_) => {
+                return self
+                    .finish(run, "failed", Some(reasons::PROTOCOL_ERROR), None, store)
+                    .await
+                    .map(Some);
+            }
+        };
+        run.controls.add_usage(usage);
+        let (tool, arguments) = match decision {
+            Decision::Final { mut answer } => {
+                // The answer carries its schema version; the planner may leave it out.
+                if answer.get("schema_version").is_none() {
+                    answer["schema_version"] = json!(B::FINAL_ANSWER_SCHEMA_VERSION);
+                }
+                if self.validators.final_answer(&answer).is_err() {
+                    return self
+                        .finish(run, "failed", Some(reasons::PROTOCOL_ERROR), None, store)
+                        .await
+                        .map(Some);
+                }
+                return self
+                    .finish(run, "completed", None, Some(answer), store)
+                    .await
+                    .map(Some);
+            }
+            Decision::NeedsHuman { .. } => {
+                return self
+                    .finish(
+                        run,
+                        "needs_human",
+                        Some(reasons::PLANNER_NEEDS_HUMAN),
+                        None,
+                        store,
+                    )
+                    .await
+                    .map(Some);
+            }
+            Decision::ToolCall { tool, arguments } => (tool, arguments),
+        };
+        if !run.controls.steps_left(&self.budgets) {
+            return self
+                .finish(
+                    run,
+                    "stopped",
+                    Some(reasons::STEP_BUDGET_EXHAUSTED),
+                    None,
+                    store,
+                )
+                .await
+                .map(Some);
+        }
+
+        let now = self.now();
+        let id = format!("{}:{}", run.spec.run_id, run.machine.sequence() + 1);
+        let fingerprint = action_fingerprint(tool.name, &arguments);
+        let mut row = self.new_row(run, tool, &id, &arguments, &fingerprint);
+        run.pending = Some(Pending { row: row.clone() });
+        run.record(row.clone());
+        run.go(state("tool_proposed"), None, now)?;
+
+        let deny = |run: &mut Run<B::State>,
+                    mut row: LedgerRow,
+                    status: CallStatus,
+                    class: &str,
+                    code: &str| {
+            row.status = status;
+            row.error_class = Some(class.to_string());
+            row.error_code = Some(code.to_string());
+            row.finished_at_ms = Some(now);
+            run.record(row);
+            run.controls.step_without_result();
+        };
+        if run.controls.propose(&fingerprint) >= self.budgets.repeat_limit {
+            deny(
+                run,
+                row,
+                CallStatus::Denied,
+                "control",
+                reasons::REPEATED_ACTION_FINGERPRINT,
+            );
+            return self
+                .finish(
+                    run,
+                    "stopped",
+                    Some(reasons::REPEATED_ACTION_FINGERPRINT),
+                    None,
+                    store,
+                )
+                .await
+                .map(Some);
+        }
+        if self.validators.arguments(tool.name, &arguments).is_err() {
+            deny(
+                run,
+                row,
+                CallStatus::Failed,
+                "contract",
+                reasons::INVALID_ARGUMENTS,
+            );
+            return self
+                .finish(run, "failed", Some(reasons::INVALID_ARGUMENTS), None, store)
+                .await
+                .map(Some);
+        }
+        if let AuthzDecision::Deny { reason, .. } = self
+            .authorization
+            .authorize(&run.spec, &run.stage, tool, &arguments)
+        {
+            deny(run, row, CallStatus::Denied, "authorization", &reason);
+            return self
+                .finish(run, "needs_human", Some(&reason), None, store)
+                .await
+                .map(Some);
+        }
+        if capability_filter::hidden_because(
+            &run.spec,
+            &run.stage,
+            tool,
+            &run.controls.succeeded_tools(),
+            &self.health,
+        )
+        .is_some()
+        {
+            deny(
+                run,
+                row,
+                CallStatus::Denied,
+                "authorization",
+                reasons::TOOL_NOT_VISIBLE,
+            );
+            return self
+                .finish(
+                    run,
+                    "needs_human",
+                    Some(reasons::TOOL_NOT_VISIBLE),
+                    None,
+                    store,
+                )
+                .await
+                .map(Some);
+        }
+        row.status = CallStatus::Authorized;
+        run.record(row.clone());
+        run.pending = Some(Pending { row: row.clone() });
+        run.go(state("tool_authorized"), None, now)?;
+        row.status = CallStatus::Running;
+        row.attempt_count = 1;
+        run.record(row.clone());
+        run.pending = Some(Pending { row: row.clone() });
+        run.go(state("tool_running"), None, now)?;
+        self.commit(run, CommitPoint::BeforeTool, store).await?;
+
+        let call = self.tool_call(run, tool, &id, arguments.clone());
+        let executed = execution::execute(executor, call.clone(), &self.budgets).await;
+        row.attempt_count = executed.attempts;
+        let now = self.now();
+        match executed.result {
+            Ok(result) => match normalize(&self.validators, tool, &id, &arguments, result) {
+                Ok(obs) => {
+                    self.succeed(run, row, obs, now)?;
+                    Ok(None)
+                }
+                Err(_) => {
+                    deny(
+                        run,
+                        row,
+                        CallStatus::Failed,
+                        "contract",
+                        reasons::CONTRACT_VIOLATION,
+                    );
+                    self.finish(
+                        run,
+                        "failed",
+                        Some(reasons::CONTRACT_VIOLATION),
+                        None,
+                        store,
+                    )
+                    .await
+                    .map(Some)
+                }
+            },
+            Err(ExecError::UnknownEffect(_)) if tool.risk.is_write() => {
+                let status = match tool.effects.and_then(|e| B::tool(e.confirm_with)) {
+                    Some(confirm) => executor
+                        .confirm_effect(&call, confirm)
+                        .await
+                        .unwrap_or(EffectStatus::Unknown),
+                    None => EffectStatus::Unknown,
+                };
+                run.controls.step_without_result();
+                self.settle_unknown(run, tool, row, status, store).await
+            }
+            Err(e) => {
+                let code = e.code().to_string();
+                deny(run, row, CallStatus::Failed, e.class(), &code);
+                let (to, reason) = match &e {
+                    ExecError::Authorization { .. } => ("needs_human", code.as_str()),
+                    ExecError::Transient { .. } if code == "TOOL_TIMEOUT" => {
+                        ("failed", reasons::TOOL_TIMEOUT)
+                    }
+                    ExecError::Contract { .. } => ("failed", reasons::CONTRACT_VIOLATION),
+                    ExecError::Protocol(_) => ("failed", reasons::PROTOCOL_ERROR),
+                    _ => ("failed", code.as_str()),
+                };
+                self.finish(run, to, Some(reason), None, store)
+                    .await
+                    .map(Some)
+            }
+        }
+    }
+}

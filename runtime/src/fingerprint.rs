@@ -1,0 +1,122 @@
+//! Action fingerprints: what makes two proposals "the same action".
+//!
+//! `action_fingerprint = SHA-256(tool name ‖ 0x00 ‖ canonical JSON of the arguments)`,
+//! lowercase hex. The canonical JSON form is:
+//! - object keys sorted by their UTF-8 bytes, each key once;
+//! - no whitespace anywhere;
+//! - strings escaped as JSON requires and nothing more (`"`, `\`, control characters;
+//!   non-ASCII characters are written as UTF-8, not `\u` escapes);
+//! - numbers as serde_json prints them (integers without a fraction or exponent).
+//!
+//! It is distinct from `tool_call_id` (one call) and `idempotency_key` (one business
+//! intent): the fingerprint detects loops and repeated proposals.
+
+use serde_json::Value;
+use sha2::{Digest, Sha256};
+
+/// The canonical JSON text of a value (see the module documentation).
+pub fn canonical_json(value: &Value) -> String {
+    let mut out = String::new();
+    write(value, &mut out);
+    out
+}
+
+fn write(value: &Value, out: &mut String) {
+    match value {
+        Value::Object(map) => {
+            let mut keys: Vec<&String> = map.keys().collect();
+            keys.sort_by(|a, b| a.as_bytes().cmp(b.as_bytes()));
+            out.push('{');
+            for (i, k) in keys.into_iter().enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                out.push_str(&Value::String(k.clone()).to_string());
+                out.push(':');
+                write(&map[k], out);
+            }
+            out.push('}');
+        }
+        Value::Array(items) => {
+            out.push('[');
+            for (i, item) in items.iter().enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                write(item, out);
+            }
+            out.push(']');
+        }
+        // serde_json prints scalars compactly, non-ASCII as UTF-8.
+        scalar => out.push_str(&scalar.to_string()),
+    }
+}
+
+pub fn sha256_hex(bytes: &[u8]) -> String {
+    Sha256::digest(bytes)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+/// The fingerprint of proposing `tool` with `arguments`.
+pub fn action_fingerprint(tool: &str, arguments: &Value) -> String {
+    let mut bytes = tool.as_bytes().to_vec();
+    bytes.push(0);
+    bytes.extend_from_slice(canonical_json(arguments).as_bytes());
+    sha256_hex(&bytes)
+}
+
+/// SHA-256 of the canonical arguments alone (the audit record's `arguments_hash`).
+pub fn arguments_hash(arguments: &Value) -> String {
+    sha256_hex(canonical_json(arguments).as_bytes())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn canonical_form_sorts_keys_and_drops_whitespace() {
+        let v = json!({"b": [1, {"z": true, "a": null}], "a": "x"});
+        assert_eq!(
+            canonical_json(&v),
+            r#"{"a":"x","b":[1,{"a":null,"z":true}]}"#
+        );
+    }
+
+    #[test]
+    fn canonical_form_keeps_non_ascii_as_utf8_and_escapes_quotes() {
+        let v = json!({"label": "道路交通事故认定书", "q": "say \"hi\"\n"});
+        assert_eq!(
+            canonical_json(&v),
+            "{\"label\":\"道路交通事故认定书\",\"q\":\"say \\\"hi\\\"\\n\"}"
+        );
+    }
+
+    #[test]
+    fn fingerprint_matches_fixed_vectors() {
+        // Computed independently (Python hashlib) over the documented byte layout.
+        assert_eq!(
+            action_fingerprint("tool", &json!({})),
+            "cea28cfd1128c5c2e5eb2dac8b62c0d17fbd1dd177eaa538b0ef6f18de248964"
+        );
+        assert_eq!(
+            action_fingerprint("caseops_get_case_snapshot", &json!({"case_id": "C-102"})),
+            "4b545e51b5d7955601b5991fea58f9c682546593e81398b0ab94140f680aa725"
+        );
+        assert_eq!(
+            arguments_hash(&json!({"label": "道路"})),
+            "afb75adca52b48c563066e4da723781f60efe67b8c9a7f5f4a06227bfbdfb9a2"
+        );
+    }
+
+    #[test]
+    fn key_order_and_spacing_do_not_change_the_fingerprint() {
+        let a: Value = serde_json::from_str(r#"{ "document_id" : "D", "case_id":"C" }"#).unwrap();
+        let b: Value = serde_json::from_str(r#"{"case_id":"C","document_id":"D"}"#).unwrap();
+        assert_eq!(action_fingerprint("t", &a), action_fingerprint("t", &b));
+        assert_ne!(action_fingerprint("t", &a), action_fingerprint("u", &a));
+    }
+}

@@ -1,0 +1,40 @@
+//! Stage 8, result normalization: a tool result must match the tool's output schema
+//! before anything else sees it; a nonconforming result is a contract error.
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::contract::ToolContract;
+use crate::validation::Validators;
+
+/// A conforming tool result, as the run records and the planner sees it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Observation {
+    pub tool_call_id: String,
+    pub tool: String,
+    pub arguments: Value,
+    pub result: Value,
+    /// The value of the contract's evidence field.
+    pub evidence_ref: Option<String>,
+}
+
+pub fn normalize(
+    validators: &Validators,
+    tool: &ToolContract,
+    tool_call_id: &str,
+    arguments: &Value,
+    result: Value,
+) -> Result<Observation, Vec<String>> {
+    validators.output(tool.name, &result)?;
+    let evidence_ref = result
+        .get(tool.evidence_field)
+        .and_then(Value::as_str)
+        .map(str::to_string);
+    Ok(Observation {
+        tool_call_id: tool_call_id.to_string(),
+        tool: tool.name.to_string(),
+        arguments: arguments.clone(),
+        result,
+        evidence_ref,
+    })
+}

@@ -1,0 +1,121 @@
+//! The records of a run: what it was asked, where it is, what it did.
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::contract::Risk;
+
+/// Stop reasons the runtime itself gives (deny reasons come from policies).
+pub mod reasons {
+    pub const STEP_BUDGET_EXHAUSTED: &str = "STEP_BUDGET_EXHAUSTED";
+    pub const REPEATED_ACTION_FINGERPRINT: &str = "REPEATED_ACTION_FINGERPRINT";
+    pub const WALL_CLOCK_EXHAUSTED: &str = "WALL_CLOCK_EXHAUSTED";
+    pub const NO_NEW_EVIDENCE: &str = "NO_NEW_EVIDENCE";
+    pub const COST_BUDGET_EXHAUSTED: &str = "COST_BUDGET_EXHAUSTED";
+    pub const TOKEN_BUDGET_EXHAUSTED: &str = "TOKEN_BUDGET_EXHAUSTED";
+    pub const PROTOCOL_ERROR: &str = "PROTOCOL_ERROR";
+    pub const PLANNER_ERROR: &str = "PLANNER_ERROR";
+    pub const INVALID_ARGUMENTS: &str = "INVALID_ARGUMENTS";
+    pub const CONTRACT_VIOLATION: &str = "CONTRACT_VIOLATION";
+    pub const TOOL_TIMEOUT: &str = "TOOL_TIMEOUT";
+    pub const TOOL_UNAVAILABLE: &str = "TOOL_UNAVAILABLE";
+    pub const EFFECT_UNKNOWN: &str = "EFFECT_UNKNOWN";
+    pub const EFFECT_NOT_APPLIED: &str = "EFFECT_NOT_APPLIED";
+    pub const UNSAFE_RESUME_POINT: &str = "UNSAFE_RESUME_POINT";
+    pub const PLANNER_NEEDS_HUMAN: &str = "PLANNER_NEEDS_HUMAN";
+    pub const TOOL_NOT_VISIBLE: &str = "TOOL_NOT_VISIBLE";
+    pub const TOOL_RESOURCE_MISMATCH: &str = "TOOL_RESOURCE_MISMATCH";
+    pub const RECOVERED_DISCARDED: &str = "RECOVERED_DISCARDED";
+}
+
+/// What a run is asked to do and for whom. Built by the host from the API request and
+/// the verified principal; the planner never sees the identity parts.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RunSpec {
+    pub run_id: String,
+    pub tenant_id: String,
+    pub task_id: String,
+    pub subject: String,
+    /// The run-bound resource (e.g. the case id).
+    pub resource_id: String,
+    pub scopes: Vec<String>,
+    /// The tenant's tool catalog.
+    pub catalog: Vec<String>,
+    /// The risk classes this run may use at all (the risk policy).
+    pub allowed_risks: Vec<Risk>,
+    /// The task stage the run works in (one of the bundle's `STAGES`).
+    pub stage: String,
+    pub goal: String,
+    pub correlation_id: String,
+}
+
+/// One applied transition. `sequence` starts at 1 and grows by exactly 1.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Checkpoint {
+    pub run_id: String,
+    pub sequence: u64,
+    pub from: String,
+    pub to: String,
+    pub at_ms: u64,
+    pub reason: Option<String>,
+    /// The whole run state after the transition; recovery starts from it.
+    pub snapshot: Value,
+}
+
+/// Where a tool call is in its life.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CallStatus {
+    Proposed,
+    Authorized,
+    Running,
+    Succeeded,
+    Failed,
+    Denied,
+}
+
+impl CallStatus {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CallStatus::Proposed => "proposed",
+            CallStatus::Authorized => "authorized",
+            CallStatus::Running => "running",
+            CallStatus::Succeeded => "succeeded",
+            CallStatus::Failed => "failed",
+            CallStatus::Denied => "denied",
+        }
+    }
+}
+
+/// The ledger row of one tool call (one per `tool_call_id`, updated in place).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct LedgerRow {
+    pub run_id: String,
+    pub tool_call_id: String,
+    pub tool_name: String,
+    pub tool_version: String,
+    pub arguments: Value,
+    pub arguments_hash: String,
+    pub fingerprint: String,
+    pub status: CallStatus,
+    pub attempt_count: u32,
+    pub result: Option<Value>,
+    /// Error class and code, e.g. `Business` / `CASE_NOT_FOUND`, or the deny reason.
+    pub error_class: Option<String>,
+    pub error_code: Option<String>,
+    pub bundle_digest: String,
+    pub started_at_ms: u64,
+    pub finished_at_ms: Option<u64>,
+}
+
+/// How a run ended.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Outcome {
+    pub run_id: String,
+    /// The terminal state: `completed`, `needs_human`, `stopped` or `failed`.
+    pub status: String,
+    pub stop_reason: Option<String>,
+    pub final_answer: Option<Value>,
+    pub step_count: u32,
+    pub recovery_count: u32,
+}

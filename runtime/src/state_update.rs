@@ -1,0 +1,130 @@
+//! Stage 9, state update: counters, observations and budgets, and the stop decision.
+//! [`Controls`] fields are private to this module: no other stage can change them.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use crate::contract::Budgets;
+use crate::normalization::Observation;
+use crate::protocol::Usage;
+use crate::run::reasons;
+
+/// The run's control state.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Controls {
+    step_count: u32,
+    recovery_count: u32,
+    fingerprints: BTreeMap<String, u32>,
+    no_new_evidence_steps: u32,
+    evidence_refs: Vec<String>,
+    observations: Vec<Observation>,
+    tokens: u64,
+    cost_micro_usd: u64,
+    started_at_ms: u64,
+}
+
+impl Controls {
+    pub fn new(started_at_ms: u64) -> Self {
+        Self {
+            started_at_ms,
+            ..Self::default()
+        }
+    }
+
+    pub fn step_count(&self) -> u32 {
+        self.step_count
+    }
+
+    pub fn recovery_count(&self) -> u32 {
+        self.recovery_count
+    }
+
+    pub fn observations(&self) -> &[Observation] {
+        &self.observations
+    }
+
+    pub fn evidence_refs(&self) -> &[String] {
+        &self.evidence_refs
+    }
+
+    /// Tools that produced a conforming result in this run.
+    pub fn succeeded_tools(&self) -> Vec<String> {
+        self.observations.iter().map(|o| o.tool.clone()).collect()
+    }
+
+    /// How often this fingerprint has been proposed, counting this proposal.
+    pub fn propose(&mut self, fingerprint: &str) -> u32 {
+        let n = self
+            .fingerprints
+            .entry(fingerprint.to_string())
+            .or_insert(0);
+        *n += 1;
+        *n
+    }
+
+    /// A proposal was discarded by recovery: it does not count as a repeat.
+    pub fn forget_proposal(&mut self, fingerprint: &str) {
+        if let Some(n) = self.fingerprints.get_mut(fingerprint) {
+            *n = n.saturating_sub(1);
+        }
+    }
+
+    pub fn add_usage(&mut self, usage: Usage) {
+        self.tokens = self.tokens.saturating_add(usage.tokens);
+        self.cost_micro_usd = self.cost_micro_usd.saturating_add(usage.cost_micro_usd);
+    }
+
+    /// A tool step finished with a conforming result.
+    pub fn observe(&mut self, observation: Observation) {
+        self.step_count += 1;
+        let new = observation
+            .evidence_ref
+            .as_ref()
+            .is_some_and(|e| !self.evidence_refs.contains(e));
+        if new {
+            self.evidence_refs
+                .push(observation.evidence_ref.clone().expect("checked above"));
+            self.no_new_evidence_steps = 0;
+        } else {
+            self.no_new_evidence_steps += 1;
+        }
+        self.observations.push(observation);
+    }
+
+    /// A tool step ended without a result (its call failed or was denied).
+    pub fn step_without_result(&mut self) {
+        self.step_count += 1;
+    }
+
+    pub fn recovered(&mut self) {
+        self.recovery_count += 1;
+    }
+
+    /// The budget a new step would cross, if any.
+    pub fn exhausted(&self, budgets: &Budgets, now_ms: u64) -> Option<&'static str> {
+        let elapsed = now_ms.saturating_sub(self.started_at_ms);
+        if elapsed >= u64::from(budgets.max_wall_clock_seconds) * 1000 {
+            return Some(reasons::WALL_CLOCK_EXHAUSTED);
+        }
+        if let Some(max) = budgets.max_cost_micro_usd
+            && self.cost_micro_usd >= max
+        {
+            return Some(reasons::COST_BUDGET_EXHAUSTED);
+        }
+        if let Some(max) = budgets.max_tokens
+            && self.tokens >= max
+        {
+            return Some(reasons::TOKEN_BUDGET_EXHAUSTED);
+        }
+        if self.no_new_evidence_steps >= budgets.max_no_new_evidence_steps {
+            return Some(reasons::NO_NEW_EVIDENCE);
+        }
+        None
+    }
+
+    /// Whether another tool call fits the step budget.
+    pub fn steps_left(&self, budgets: &Budgets) -> bool {
+        self.step_count < budgets.max_steps
+    }
+}

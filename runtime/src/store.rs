@@ -1,0 +1,124 @@
+//! Durable runs: the `RunStore` trait and an in-memory implementation.
+//!
+//! The runtime hands the store one [`Batch`] per commit point (before each planner
+//! call, before each tool execution, at the terminal state). Everything in a batch
+//! belongs in one transaction; every checkpoint row is still written.
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use crate::run::{Checkpoint, LedgerRow, Outcome};
+
+/// Why the runtime commits now.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CommitPoint {
+    /// The state is durable before the planner (an external call) runs.
+    BeforePlanner,
+    /// The state is durable before a tool (an external call) runs.
+    BeforeTool,
+    /// The run ended; the outcome is durable with its terminal checkpoint.
+    Terminal,
+}
+
+/// What one commit point writes.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Batch {
+    pub run_id: String,
+    pub point: CommitPoint,
+    pub checkpoints: Vec<Checkpoint>,
+    /// Ledger rows to insert or update (by `tool_call_id`).
+    pub ledger: Vec<LedgerRow>,
+    /// The run's current state name and step count, for the run record.
+    pub state: String,
+    pub step_count: u32,
+    pub outcome: Option<Outcome>,
+}
+
+/// A run as the store holds it.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct StoredRun {
+    pub checkpoints: Vec<Checkpoint>,
+    pub ledger: Vec<LedgerRow>,
+    pub outcome: Option<Outcome>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("checkpoint sequence {got} of run `{run_id}` does not follow {last}")]
+    SequenceGap { run_id: String, last: u64, got: u64 },
+    #[error("store unavailable: {0}")]
+    Unavailable(String),
+}
+
+pub trait RunStore: Send + Sync {
+    /// Writes a batch atomically: all of it or none of it.
+    fn commit(&self, batch: Batch) -> impl Future<Output = Result<(), StoreError>> + Send;
+
+    /// Reads what was committed for a run.
+    fn load(
+        &self,
+        run_id: &str,
+    ) -> impl Future<Output = Result<Option<StoredRun>, StoreError>> + Send;
+}
+
+/// Keeps runs in memory; counts commits (for tests and benchmarks).
+#[derive(Debug, Default)]
+pub struct MemoryStore {
+    runs: Mutex<HashMap<String, StoredRun>>,
+    commits: AtomicUsize,
+}
+
+impl MemoryStore {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    pub fn commits(&self) -> usize {
+        self.commits.load(Ordering::SeqCst)
+    }
+
+    pub fn get(&self, run_id: &str) -> Option<StoredRun> {
+        self.runs.lock().expect("store lock").get(run_id).cloned()
+    }
+}
+
+impl RunStore for MemoryStore {
+    async fn commit(&self, batch: Batch) -> Result<(), StoreError> {
+        let mut runs = self.runs.lock().expect("store lock");
+        let run = runs.entry(batch.run_id.clone()).or_default();
+        // INVARIANT: sequences are contiguous; a gap means a lost or duplicated batch.
+        let mut last = run.checkpoints.last().map(|c| c.sequence).unwrap_or(0);
+        for cp in &batch.checkpoints {
+            if cp.sequence != last + 1 {
+                return Err(StoreError::SequenceGap {
+                    run_id: batch.run_id.clone(),
+                    last,
+                    got: cp.sequence,
+                });
+            }
+            last = cp.sequence;
+        }
+        run.checkpoints.extend(batch.checkpoints);
+        for row in batch.ledger {
+            match run
+                .ledger
+                .iter_mut()
+                .find(|r| r.tool_call_id == row.tool_call_id)
+            {
+                Some(existing) => *existing = row,
+                None => run.ledger.push(row),
+            }
+        }
+        if batch.outcome.is_some() {
+            run.outcome = batch.outcome;
+        }
+        self.commits.fetch_add(1, Ordering::SeqCst);
+        Ok(())
+    }
+
+    async fn load(&self, run_id: &str) -> Result<Option<StoredRun>, StoreError> {
+        Ok(self.get(run_id))
+    }
+}

@@ -1,0 +1,563 @@
+//! The governed tool-call loop, driven end to end with scripted planners and executors
+//! over the real CaseOps bundle (and the fixture bundle for write tools).
+
+mod support;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use caseops_generated::{Bundle, RunState};
+use caseops_runtime::machine::Machine;
+use caseops_runtime::store::MemoryStore;
+use caseops_runtime::{CallStatus, ContractBundle, Engine, ExecError, Outcome, RunStateEnum};
+use serde_json::json;
+use support::*;
+
+fn engine() -> Engine<Bundle> {
+    Engine::<Bundle>::new().expect("bundle loads")
+}
+
+fn c102_script() -> Vec<serde_json::Value> {
+    vec![
+        call("caseops_get_case_snapshot", json!({"case_id": "C-102"})),
+        call(
+            "caseops_get_policy_requirements",
+            json!({"case_id": "C-102"}),
+        ),
+        call(
+            "caseops_list_unclassified_documents",
+            json!({"case_id": "C-102"}),
+        ),
+        call(
+            "caseops_resolve_document_alias",
+            json!({"case_id": "C-102", "document_id": "DOC-C102-003"}),
+        ),
+        final_answer(),
+    ]
+}
+
+/// Every recorded checkpoint is a legal path of the table, numbered 1, 2, 3, …
+fn assert_legal_path(store: &MemoryStore, run_id: &str) {
+    let run = store.get(run_id).expect("run stored");
+    let mut state = RunState::INITIAL;
+    for (i, cp) in run.checkpoints.iter().enumerate() {
+        assert_eq!(cp.sequence, i as u64 + 1, "sequence +1 each");
+        assert_eq!(cp.from, state.as_str());
+        let to = RunState::parse(&cp.to).unwrap();
+        assert!(RunState::is_legal(state, to), "{} → {}", cp.from, cp.to);
+        state = to;
+    }
+    assert!(state.is_terminal(), "ends terminal");
+}
+
+#[tokio::test]
+async fn a_scripted_c102_run_completes_in_four_steps_with_two_commits_per_step() {
+    let (planner, executor, store) = (
+        ScriptPlanner::new(c102_script()),
+        ok_executor(),
+        MemoryStore::new(),
+    );
+    let out = engine()
+        .start(spec("r1"), &planner, &executor, &store)
+        .await
+        .unwrap();
+    assert_eq!(out.status, "completed", "{out:?}");
+    assert_eq!(out.step_count, 4);
+    assert_eq!(
+        out.final_answer.as_ref().unwrap()["schema_version"],
+        "caseops.agent-result.v1"
+    );
+    let run = store.get("r1").unwrap();
+    let names: Vec<&str> = run.ledger.iter().map(|r| r.tool_name.as_str()).collect();
+    assert_eq!(
+        names,
+        [
+            "caseops_get_case_snapshot",
+            "caseops_get_policy_requirements",
+            "caseops_list_unclassified_documents",
+            "caseops_resolve_document_alias"
+        ]
+    );
+    assert!(run.ledger.iter().all(|r| r.status == CallStatus::Succeeded
+        && r.attempt_count == 1
+        && r.bundle_digest == Bundle::BUNDLE_DIGEST));
+    // one commit before each planner call (5), one before each tool (4), one terminal
+    assert_eq!(store.commits(), 10);
+    assert_legal_path(&store, "r1");
+}
+
+#[test]
+fn illegal_transitions_are_rejected_and_never_applied() {
+    let mut m = Machine::<RunState>::new();
+    assert!(m.apply(RunState::Completed).is_err(), "created → completed");
+    assert_eq!((m.state(), m.sequence()), (RunState::Created, 0));
+    m.apply(RunState::Planning).unwrap();
+    m.apply(RunState::ToolProposed).unwrap();
+    let err = m.apply(RunState::ToolRunning).unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "illegal transition `tool_proposed → tool_running`"
+    );
+    assert_eq!((m.state(), m.sequence()), (RunState::ToolProposed, 2));
+}
+
+async fn denied(
+    spec: caseops_runtime::RunSpec,
+    decision: serde_json::Value,
+) -> (Outcome, usize, MemoryStore) {
+    let (planner, executor, store) = (
+        ScriptPlanner::new(vec![decision]),
+        ok_executor(),
+        MemoryStore::new(),
+    );
+    let run_id = spec.run_id.clone();
+    let out = engine()
+        .start(spec, &planner, &executor, &store)
+        .await
+        .unwrap();
+    assert_legal_path(&store, &run_id);
+    (out, executor.calls(), store)
+}
+
+#[tokio::test]
+async fn an_unknown_argument_field_is_rejected_before_execution() {
+    let (out, calls, store) = denied(
+        spec("r2"),
+        call(
+            "caseops_get_case_snapshot",
+            json!({"case_id": "C-102", "tenant_id": "other"}),
+        ),
+    )
+    .await;
+    assert_eq!(
+        (out.status.as_str(), out.stop_reason.as_deref()),
+        ("failed", Some("INVALID_ARGUMENTS"))
+    );
+    assert_eq!(calls, 0);
+    assert_eq!(
+        store.get("r2").unwrap().ledger[0].status,
+        CallStatus::Failed
+    );
+}
+
+#[tokio::test]
+async fn a_tool_outside_the_catalog_is_denied_before_execution() {
+    let mut s = spec("r3");
+    s.catalog.retain(|t| t != "caseops_get_policy_requirements");
+    let (out, calls, store) = denied(
+        s,
+        call(
+            "caseops_get_policy_requirements",
+            json!({"case_id": "C-102"}),
+        ),
+    )
+    .await;
+    assert_eq!(
+        (out.status.as_str(), out.stop_reason.as_deref()),
+        ("needs_human", Some("TOOL_NOT_ALLOWLISTED"))
+    );
+    assert_eq!(calls, 0);
+    let row = &store.get("r3").unwrap().ledger[0];
+    assert_eq!(
+        (row.status, row.error_code.as_deref()),
+        (CallStatus::Denied, Some("TOOL_NOT_ALLOWLISTED"))
+    );
+}
+
+#[tokio::test]
+async fn a_missing_scope_is_denied_before_execution() {
+    let mut s = spec("r4");
+    s.scopes.retain(|x| x != "document:resolve");
+    let (out, calls, _) = denied(
+        s,
+        call(
+            "caseops_resolve_document_alias",
+            json!({"case_id": "C-102", "document_id": "D"}),
+        ),
+    )
+    .await;
+    assert_eq!(
+        (out.status.as_str(), out.stop_reason.as_deref()),
+        ("needs_human", Some("TOOL_SCOPE_MISSING"))
+    );
+    assert_eq!(calls, 0);
+}
+
+#[tokio::test]
+async fn a_foreign_case_is_denied_before_execution() {
+    let (out, calls, store) = denied(
+        spec("r5"),
+        call("caseops_get_case_snapshot", json!({"case_id": "C-999"})),
+    )
+    .await;
+    assert_eq!(
+        (out.status.as_str(), out.stop_reason.as_deref()),
+        ("needs_human", Some("TOOL_RESOURCE_MISMATCH"))
+    );
+    assert_eq!(calls, 0);
+    assert_eq!(
+        store.get("r5").unwrap().ledger[0].status,
+        CallStatus::Denied
+    );
+}
+
+#[tokio::test]
+async fn a_repeated_fingerprint_stops_the_run_after_one_execution() {
+    let same = call("caseops_get_case_snapshot", json!({"case_id": "C-102"}));
+    let (planner, executor, store) = (
+        ScriptPlanner::new(vec![same.clone(), same]),
+        ok_executor(),
+        MemoryStore::new(),
+    );
+    let out = engine()
+        .start(spec("r6"), &planner, &executor, &store)
+        .await
+        .unwrap();
+    assert_eq!(
+        (out.status.as_str(), out.stop_reason.as_deref()),
+        ("stopped", Some("REPEATED_ACTION_FINGERPRINT"))
+    );
+    assert_eq!(executor.calls(), 1);
+    let ledger = store.get("r6").unwrap().ledger;
+    assert_eq!(
+        (ledger[0].status, ledger[1].status),
+        (CallStatus::Succeeded, CallStatus::Denied)
+    );
+    assert_eq!(ledger[0].fingerprint, ledger[1].fingerprint);
+    assert_ne!(ledger[0].tool_call_id, ledger[1].tool_call_id);
+}
+
+#[tokio::test(start_paused = true)]
+async fn one_transient_error_then_success_takes_two_attempts() {
+    let executor = ScriptExecutor::new(|c: &caseops_runtime::ToolCall, n| {
+        if n == 0 {
+            Err(ExecError::Transient {
+                code: "UPSTREAM_BUSY".into(),
+                message: "try later".into(),
+            })
+        } else {
+            Ok(result_for(c.tool.name, &c.arguments))
+        }
+    });
+    let planner = ScriptPlanner::new(vec![
+        call("caseops_get_case_snapshot", json!({"case_id": "C-102"})),
+        final_answer(),
+    ]);
+    let store = MemoryStore::new();
+    let out = engine()
+        .start(spec("r7"), &planner, &executor, &store)
+        .await
+        .unwrap();
+    assert_eq!(out.status, "completed");
+    assert_eq!(store.get("r7").unwrap().ledger[0].attempt_count, 2);
+    assert_eq!(
+        *executor.log.lock().unwrap(),
+        [
+            ("caseops_get_case_snapshot".to_string(), 1),
+            ("caseops_get_case_snapshot".to_string(), 2)
+        ]
+    );
+}
+
+#[tokio::test]
+async fn a_non_transient_error_is_not_retried() {
+    let executor = ScriptExecutor::new(|_: &caseops_runtime::ToolCall, _| {
+        Err(ExecError::Business {
+            code: "CASE_NOT_FOUND".into(),
+            message: "no such case".into(),
+        })
+    });
+    let planner = ScriptPlanner::new(vec![call(
+        "caseops_get_case_snapshot",
+        json!({"case_id": "C-102"}),
+    )]);
+    let store = MemoryStore::new();
+    let out = engine()
+        .start(spec("r8"), &planner, &executor, &store)
+        .await
+        .unwrap();
+    assert_eq!(
+        (out.status.as_str(), out.stop_reason.as_deref()),
+        ("failed", Some("CASE_NOT_FOUND"))
+    );
+    assert_eq!(executor.calls(), 1);
+    let row = &store.get("r8").unwrap().ledger[0];
+    assert_eq!(
+        (row.attempt_count, row.error_class.as_deref()),
+        (1, Some("business"))
+    );
+}
+
+#[tokio::test]
+async fn the_step_budget_stops_before_an_unbounded_second_call() {
+    let mut budgets = Bundle::BUDGETS;
+    budgets.max_steps = 1;
+    let planner = ScriptPlanner::new(vec![
+        call("caseops_get_case_snapshot", json!({"case_id": "C-102"})),
+        call(
+            "caseops_get_policy_requirements",
+            json!({"case_id": "C-102"}),
+        ),
+    ]);
+    let (executor, store) = (ok_executor(), MemoryStore::new());
+    let out = engine()
+        .with_budgets(budgets)
+        .start(spec("r9"), &planner, &executor, &store)
+        .await
+        .unwrap();
+    assert_eq!(
+        (out.status.as_str(), out.stop_reason.as_deref()),
+        ("stopped", Some("STEP_BUDGET_EXHAUSTED"))
+    );
+    assert_eq!(executor.calls(), 1);
+    assert_eq!(
+        store.get("r9").unwrap().ledger.len(),
+        1,
+        "the second call was never proposed"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_tool_that_exceeds_its_timeout_is_cut_off_and_retried_within_attempts() {
+    let mut executor = ok_executor();
+    executor.delay = Some(Duration::from_secs(3600));
+    let planner = ScriptPlanner::new(vec![call(
+        "caseops_get_case_snapshot",
+        json!({"case_id": "C-102"}),
+    )]);
+    let store = MemoryStore::new();
+    let started = tokio::time::Instant::now();
+    let out = engine()
+        .start(spec("r10"), &planner, &executor, &store)
+        .await
+        .unwrap();
+    assert_eq!(
+        (out.status.as_str(), out.stop_reason.as_deref()),
+        ("failed", Some("TOOL_TIMEOUT"))
+    );
+    assert_eq!(executor.calls(), 2, "max_attempts 2 for a read-only tool");
+    // two 5 s timeouts (min of contract 5 and ceiling 8) plus one backoff pause
+    let waited = started.elapsed();
+    assert!(
+        waited >= Duration::from_secs(10) && waited < Duration::from_secs(12),
+        "{waited:?}"
+    );
+}
+
+#[tokio::test]
+async fn the_wall_clock_budget_stops_the_run() {
+    let now = Arc::new(AtomicU64::new(1_000_000));
+    let clock_now = now.clone();
+    let clock: caseops_runtime::engine::Clock = Arc::new(move || clock_now.load(Ordering::SeqCst));
+    let executor = ScriptExecutor::new(move |c: &caseops_runtime::ToolCall, _| {
+        now.fetch_add(61_000, Ordering::SeqCst); // each call takes 61 s of a 60 s budget
+        Ok(result_for(c.tool.name, &c.arguments))
+    });
+    let planner = ScriptPlanner::new(c102_script());
+    let store = MemoryStore::new();
+    let out = engine()
+        .with_clock(clock)
+        .start(spec("r11"), &planner, &executor, &store)
+        .await
+        .unwrap();
+    assert_eq!(
+        (out.status.as_str(), out.stop_reason.as_deref()),
+        ("stopped", Some("WALL_CLOCK_EXHAUSTED"))
+    );
+    assert_eq!(executor.calls(), 1);
+}
+
+#[tokio::test]
+async fn a_malformed_planner_decision_fails_the_run() {
+    for (i, bad) in [
+        json!({"decision": "maybe"}),
+        json!({"decision": "tool_call", "tool": "caseops_get_case_snapshot"}),
+        json!({"decision": "tool_call", "tool": "no_such_tool", "arguments": {}}),
+        json!({"decision": "final", "answer": {"outcome": "DONE"}}),
+        json!(["not", "an", "object"]),
+        json!({"decision": "final", "answer": {}, "extra": 1}),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let run_id = format!("r12-{i}");
+        let (out, calls, _) = denied(spec(&run_id), bad.clone()).await;
+        assert_eq!(
+            (out.status.as_str(), out.stop_reason.as_deref()),
+            ("failed", Some("PROTOCOL_ERROR")),
+            "{bad}"
+        );
+        assert_eq!(calls, 0);
+    }
+}
+
+#[tokio::test]
+async fn no_credential_claim_or_injected_field_reaches_the_planner() {
+    let (planner, executor, store) = (
+        ScriptPlanner::new(c102_script()),
+        ok_executor(),
+        MemoryStore::new(),
+    );
+    let mut s = spec("r13");
+    s.tenant_id = "tenant-SECRET-9f3".into();
+    s.task_id = "task-SECRET-77a".into();
+    s.subject = "user:SECRET-alice".into();
+    s.correlation_id = "corr-SECRET".into();
+    engine()
+        .start(s, &planner, &executor, &store)
+        .await
+        .unwrap();
+    let views = serde_json::to_string(&*planner.views.lock().unwrap()).unwrap();
+    for secret in [
+        "SECRET",
+        "tenant_id",
+        "scope",
+        "document:resolve",
+        "TOOL_",
+        "forbid",
+        "permit",
+        "principal",
+    ] {
+        assert!(!views.contains(secret), "`{secret}` reached the planner");
+    }
+    assert!(views.contains("caseops_get_case_snapshot") && views.contains("C-102"));
+}
+
+#[tokio::test]
+async fn the_planner_sees_only_tools_whose_required_evidence_exists() {
+    let (planner, executor, store) = (
+        ScriptPlanner::new(c102_script()),
+        ok_executor(),
+        MemoryStore::new(),
+    );
+    engine()
+        .start(spec("r14"), &planner, &executor, &store)
+        .await
+        .unwrap();
+    let views = planner.views.lock().unwrap();
+    let names = |i: usize| {
+        views[i]
+            .tools
+            .iter()
+            .map(|t| t.name.clone())
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(
+        names(0),
+        [
+            "caseops_get_case_snapshot",
+            "caseops_list_unclassified_documents"
+        ]
+    );
+    assert!(names(1).contains(&"caseops_get_policy_requirements".to_string()));
+    assert_eq!(views[4].observations.len(), 4);
+}
+
+#[tokio::test]
+async fn read_only_recovery_from_tool_running_completes_with_one_more_execution() {
+    // Commit 1 before the first planner call, 2 before the tool: the 3rd (before the
+    // next planner call) fails, as if the process died after the tool ran.
+    let store = FailingStore::new(3);
+    let (planner, executor) = (ScriptPlanner::new(c102_script()), ok_executor());
+    let err = engine()
+        .start(spec("r15"), &planner, &executor, &store)
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("injected failure"));
+    let stored = store.inner.get("r15").unwrap();
+    assert_eq!(stored.checkpoints.last().unwrap().to, "tool_running");
+
+    let planner2 = ScriptPlanner::new(c102_script());
+    let executor2 = ok_executor();
+    let out = engine()
+        .resume("r15", &planner2, &executor2, &store.inner)
+        .await
+        .unwrap();
+    assert_eq!(out.status, "completed", "{out:?}");
+    assert_eq!(out.recovery_count, 1);
+    assert_eq!(
+        executor2.calls_of("caseops_get_case_snapshot"),
+        1,
+        "re-planned and run once"
+    );
+    let run = store.inner.get("r15").unwrap();
+    assert_eq!(
+        run.ledger[0].error_code.as_deref(),
+        Some("RECOVERED_DISCARDED")
+    );
+    assert_legal_path(&store.inner, "r15");
+}
+
+#[tokio::test]
+async fn a_write_pending_at_tool_running_goes_to_a_human() {
+    use caseops_fixture_generated::Bundle as Fixture;
+    let mut s = spec("w1");
+    s.tenant_id = "t1".into();
+    s.resource_id = "S-1".into();
+    s.scopes = vec!["inventory:read".into(), "inventory:reserve".into()];
+    s.catalog = vec!["inventory_lookup".into(), "inventory_reserve".into()];
+    s.allowed_risks = vec![
+        caseops_runtime::Risk::ReadOnly,
+        caseops_runtime::Risk::ReversibleWrite,
+    ];
+    s.stage = "restocking".into();
+    let script = vec![
+        call("inventory_lookup", json!({"shelf_id": "S-1", "sku": "ABC"})),
+        call(
+            "inventory_reserve",
+            json!({"shelf_id": "S-1", "sku": "ABC", "units": 5}),
+        ),
+    ];
+    // commits: planner, tool, planner, tool (reserve) — the 5th (next planner) fails
+    let store = FailingStore::new(5);
+    let engine = Engine::<Fixture>::new().unwrap();
+    let executor = ok_executor();
+    engine
+        .start(s, &ScriptPlanner::new(script), &executor, &store)
+        .await
+        .unwrap_err();
+    assert_eq!(
+        store
+            .inner
+            .get("w1")
+            .unwrap()
+            .checkpoints
+            .last()
+            .unwrap()
+            .to,
+        "tool_running"
+    );
+    let out = engine
+        .resume(
+            "w1",
+            &ScriptPlanner::new(vec![]),
+            &ok_executor(),
+            &store.inner,
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        (out.status.as_str(), out.stop_reason.as_deref()),
+        ("needs_human", Some("EFFECT_UNKNOWN"))
+    );
+}
+
+#[tokio::test]
+async fn resuming_a_finished_run_returns_its_outcome_without_running_anything() {
+    let (planner, executor, store) = (
+        ScriptPlanner::new(c102_script()),
+        ok_executor(),
+        MemoryStore::new(),
+    );
+    let first = engine()
+        .start(spec("r16"), &planner, &executor, &store)
+        .await
+        .unwrap();
+    let (p2, e2) = (ScriptPlanner::new(vec![]), ok_executor());
+    assert_eq!(
+        engine().resume("r16", &p2, &e2, &store).await.unwrap(),
+        first
+    );
+    assert_eq!((p2.calls(), e2.calls()), (0, 0));
+}

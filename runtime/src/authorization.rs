@@ -6,11 +6,13 @@
 
 use std::str::FromStr;
 
+use std::collections::{HashMap, HashSet};
+
 use cedar_policy::{
-    Authorizer, Context, Decision, Entities, EntityId, EntityTypeName, EntityUid, PolicyId,
-    PolicySet, Request, Schema,
+    Authorizer, Context, Decision, Entities, Entity, EntityId, EntityTypeName, EntityUid, PolicyId,
+    PolicySet, Request, RestrictedExpression,
 };
-use serde_json::{Value, json};
+use serde_json::Value;
 
 use crate::bundle::ContractBundle;
 use crate::contract::ToolContract;
@@ -41,9 +43,8 @@ pub struct AuthzLoadError {
 
 /// The bundle's schema and policies, parsed once.
 pub struct Authorization {
-    schema: Schema,
     policies: PolicySet,
-    resource_type: &'static str,
+    types: Types,
     deny_priority: &'static [&'static str],
     authorizer: Authorizer,
 }
@@ -55,9 +56,15 @@ impl Authorization {
                 what: "schema",
                 message: e.to_string(),
             })?;
-        let schema = Schema::from_json_value(schema_json).map_err(|e| AuthzLoadError {
+        // The schema must load (the policies were validated against it), even though
+        // requests are built directly and not re-validated on every call.
+        cedar_policy::Schema::from_json_value(schema_json).map_err(|e| AuthzLoadError {
             what: "schema",
             message: e.to_string(),
+        })?;
+        let types = Types::new(B::RESOURCE_TYPE).map_err(|message| AuthzLoadError {
+            what: "schema",
+            message,
         })?;
         let parsed = PolicySet::from_str(B::CEDAR_POLICIES).map_err(|e| AuthzLoadError {
             what: "policies",
@@ -75,20 +82,35 @@ impl Authorization {
                 })?;
         }
         Ok(Self {
-            schema,
             policies,
-            resource_type: B::RESOURCE_TYPE,
+            types,
             deny_priority: B::DENY_REASONS,
             authorizer: Authorizer::new(),
         })
     }
 
-    /// Decides one proposed call. `resource_id` is the value of the tool's run-bound
-    /// argument (the resource the call would touch).
+    /// Decides one proposed call (building the run's entities for this call alone;
+    /// a run driver prepares them once with [`Authorization::principal`]).
     pub fn authorize(
         &self,
         spec: &RunSpec,
         stage: &str,
+        tool: &ToolContract,
+        arguments: &Value,
+    ) -> AuthzDecision {
+        match self.principal(spec, stage, std::slice::from_ref(tool)) {
+            Ok(p) => self.authorize_as(&p, tool, arguments),
+            Err(message) => AuthzDecision::Deny {
+                reason: AUTHORIZATION_ERROR.into(),
+                policies: vec![message],
+            },
+        }
+    }
+
+    /// Decides one proposed call by a prepared principal.
+    pub fn authorize_as(
+        &self,
+        principal: &Principal,
         tool: &ToolContract,
         arguments: &Value,
     ) -> AuthzDecision {
@@ -97,13 +119,13 @@ impl Authorization {
             .and_then(|f| arguments.get(f))
             .and_then(Value::as_str);
         // Structural check first: the call must name the run's own resource.
-        if resource_id != Some(spec.resource_id.as_str()) {
+        if resource_id != Some(principal.resource_id.as_str()) {
             return AuthzDecision::Deny {
                 reason: reasons::TOOL_RESOURCE_MISMATCH.into(),
                 policies: vec!["structural:run-bound-resource".into()],
             };
         }
-        match self.evaluate(spec, stage, tool, arguments) {
+        match self.evaluate(principal, tool, arguments) {
             Ok(d) => d,
             Err(message) => AuthzDecision::Deny {
                 reason: AUTHORIZATION_ERROR.into(),
@@ -112,78 +134,141 @@ impl Authorization {
         }
     }
 
-    fn evaluate(
+    /// The run's tenant, resource, task principal and the actions of `tools` as Cedar
+    /// entities. They do not change during a run, so a driver builds them once.
+    pub fn principal(
         &self,
         spec: &RunSpec,
         stage: &str,
+        tools: &[ToolContract],
+    ) -> Result<Principal, String> {
+        let e = |e: &dyn std::fmt::Display| e.to_string();
+        let t = &self.types;
+        let tenant =
+            EntityUid::from_type_name_and_id(t.tenant.clone(), EntityId::new(&spec.tenant_id));
+        let resource =
+            EntityUid::from_type_name_and_id(t.resource.clone(), EntityId::new(&spec.resource_id));
+        let task = EntityUid::from_type_name_and_id(t.task.clone(), EntityId::new(&spec.task_id));
+        let strings = |items: &[String]| {
+            RestrictedExpression::new_set(
+                items
+                    .iter()
+                    .map(|s| RestrictedExpression::new_string(s.clone())),
+            )
+        };
+        // Built directly (not from JSON): the shapes are ours and the policies were
+        // validated against the schema at compile time.
+        let mut entities = [
+            Entity::new(
+                tenant.clone(),
+                HashMap::from([("catalog".to_string(), strings(&spec.catalog))]),
+                HashSet::new(),
+            ),
+            Entity::new(
+                resource.clone(),
+                HashMap::from([(
+                    "tenant".to_string(),
+                    RestrictedExpression::new_entity_uid(tenant.clone()),
+                )]),
+                HashSet::from([tenant.clone()]),
+            ),
+            Entity::new(
+                task.clone(),
+                HashMap::from([
+                    (
+                        "tenant".to_string(),
+                        RestrictedExpression::new_entity_uid(tenant.clone()),
+                    ),
+                    (
+                        "subject".to_string(),
+                        RestrictedExpression::new_string(spec.subject.clone()),
+                    ),
+                    ("scopes".to_string(), strings(&spec.scopes)),
+                    (
+                        "resource".to_string(),
+                        RestrictedExpression::new_entity_uid(resource.clone()),
+                    ),
+                    (
+                        "stage".to_string(),
+                        RestrictedExpression::new_string(stage.to_string()),
+                    ),
+                ]),
+                HashSet::from([tenant]),
+            ),
+        ]
+        .into_iter()
+        .collect::<Result<Vec<Entity>, _>>()
+        .map_err(|x| e(&x))?;
+        // Each action in its group by risk (`ReadOnly`, …), as the schema declares it.
+        for group in ["ReadOnly", "ReversibleWrite", "IrreversibleWrite"] {
+            let uid = EntityUid::from_type_name_and_id(t.action.clone(), EntityId::new(group));
+            entities.push(Entity::new_no_attrs(uid, HashSet::new()));
+        }
+        for tool in tools {
+            let action =
+                EntityUid::from_type_name_and_id(t.action.clone(), EntityId::new(tool.name));
+            let group =
+                EntityUid::from_type_name_and_id(t.action.clone(), EntityId::new(risk_group(tool)));
+            entities.push(Entity::new_no_attrs(action, HashSet::from([group])));
+        }
+        Ok(Principal {
+            entities: Entities::from_entities(entities, None).map_err(|x| e(&x))?,
+            task,
+            resource,
+            resource_id: spec.resource_id.clone(),
+            stage: stage.to_string(),
+        })
+    }
+
+    fn evaluate(
+        &self,
+        principal: &Principal,
         tool: &ToolContract,
         arguments: &Value,
     ) -> Result<AuthzDecision, String> {
-        let ty = |name: &str| format!("{NAMESPACE}::{name}");
-        let tenant = json!({ "__entity": { "type": ty("Tenant"), "id": spec.tenant_id } });
-        let entities = json!([
-            {
-                "uid": { "type": ty("Tenant"), "id": spec.tenant_id },
-                "attrs": { "catalog": spec.catalog },
-                "parents": [],
-            },
-            {
-                "uid": { "type": ty(self.resource_type), "id": spec.resource_id },
-                "attrs": { "tenant": tenant },
-                "parents": [ { "type": ty("Tenant"), "id": spec.tenant_id } ],
-            },
-            {
-                "uid": { "type": ty("Task"), "id": spec.task_id },
-                "attrs": {
-                    "tenant": tenant,
-                    "subject": spec.subject,
-                    "scopes": spec.scopes,
-                    "resource": { "__entity": { "type": ty(self.resource_type), "id": spec.resource_id } },
-                    "stage": stage,
-                },
-                "parents": [ { "type": ty("Tenant"), "id": spec.tenant_id } ],
-            },
-        ]);
-        let entities =
-            Entities::from_json_value(entities, Some(&self.schema)).map_err(|e| e.to_string())?;
-        let action = EntityUid::from_type_name_and_id(
-            EntityTypeName::from_str(&ty("Action")).map_err(|e| e.to_string())?,
-            EntityId::new(tool.name),
-        );
-        let context = json!({
-            "tool": tool.name,
-            "risk": tool.risk.as_str(),
-            "required_scope": tool.required_scope,
-            "stage": stage,
-            "arguments": cedar_arguments(tool, arguments),
-        });
-        let context = Context::from_json_value(context, Some((&self.schema, &action)))
-            .map_err(|e| e.to_string())?;
-        let uid = |t: &str, id: &str| -> Result<EntityUid, String> {
-            Ok(EntityUid::from_type_name_and_id(
-                EntityTypeName::from_str(&ty(t)).map_err(|e| e.to_string())?,
-                EntityId::new(id),
-            ))
-        };
+        let e = |e: &dyn std::fmt::Display| e.to_string();
+        let action =
+            EntityUid::from_type_name_and_id(self.types.action.clone(), EntityId::new(tool.name));
+        let stage = &principal.stage;
+        let context = Context::from_pairs([
+            (
+                "tool".to_string(),
+                RestrictedExpression::new_string(tool.name.to_string()),
+            ),
+            (
+                "risk".to_string(),
+                RestrictedExpression::new_string(tool.risk.as_str().to_string()),
+            ),
+            (
+                "required_scope".to_string(),
+                RestrictedExpression::new_string(tool.required_scope.to_string()),
+            ),
+            (
+                "stage".to_string(),
+                RestrictedExpression::new_string(stage.to_string()),
+            ),
+            ("arguments".to_string(), cedar_arguments(tool, arguments)?),
+        ])
+        .map_err(|x| e(&x))?;
         let request = Request::new(
-            uid("Task", &spec.task_id)?,
+            principal.task.clone(),
             action,
-            uid(self.resource_type, &spec.resource_id)?,
+            principal.resource.clone(),
             context,
-            Some(&self.schema),
+            None,
         )
-        .map_err(|e| e.to_string())?;
+        .map_err(|x| e(&x))?;
         let response = self
             .authorizer
-            .is_authorized(&request, &self.policies, &entities);
+            .is_authorized(&request, &self.policies, &principal.entities);
+        if response.decision() == Decision::Allow {
+            return Ok(AuthzDecision::Allow);
+        }
         let determining: Vec<String> = response
             .diagnostics()
             .reason()
             .map(|p| p.to_string())
             .collect();
-        if response.decision() == Decision::Allow {
-            return Ok(AuthzDecision::Allow);
-        }
         let reason = self
             .deny_priority
             .iter()
@@ -201,19 +286,70 @@ impl Authorization {
     }
 }
 
+/// A run's principal and its surroundings as Cedar entities, built once per run.
+pub struct Principal {
+    entities: Entities,
+    task: EntityUid,
+    resource: EntityUid,
+    resource_id: String,
+    stage: String,
+}
+
+fn risk_group(tool: &ToolContract) -> &'static str {
+    match tool.risk {
+        crate::contract::Risk::ReadOnly => "ReadOnly",
+        crate::contract::Risk::ReversibleWrite => "ReversibleWrite",
+        crate::contract::Risk::IrreversibleWrite => "IrreversibleWrite",
+    }
+}
+
+/// Entity type names, parsed once.
+struct Types {
+    tenant: EntityTypeName,
+    task: EntityTypeName,
+    resource: EntityTypeName,
+    action: EntityTypeName,
+}
+
+impl Types {
+    fn new(resource_type: &str) -> Result<Self, String> {
+        let ty = |name: &str| {
+            EntityTypeName::from_str(&format!("{NAMESPACE}::{name}")).map_err(|e| e.to_string())
+        };
+        Ok(Self {
+            tenant: ty("Tenant")?,
+            task: ty("Task")?,
+            resource: ty(resource_type)?,
+            action: ty("Action")?,
+        })
+    }
+}
+
 /// The arguments as the Cedar context types them: model-visible fields only, and no
-/// floating-point numbers (Cedar has none; the schema leaves such fields out).
-fn cedar_arguments(tool: &ToolContract, arguments: &Value) -> Value {
-    let mut out = serde_json::Map::new();
+/// floating-point numbers or nulls (Cedar has neither; the schema leaves such out).
+fn cedar_arguments(tool: &ToolContract, arguments: &Value) -> Result<RestrictedExpression, String> {
+    let mut fields = Vec::new();
     if let Some(obj) = arguments.as_object() {
         for f in tool.inputs.iter().filter(|f| f.source.model_visible()) {
-            if let Some(v) = obj.get(f.name)
-                && !v.is_f64()
-                && !v.is_null()
-            {
-                out.insert(f.name.to_string(), v.clone());
+            if let Some(v) = obj.get(f.name).and_then(to_cedar) {
+                fields.push((f.name.to_string(), v));
             }
         }
     }
-    Value::Object(out)
+    RestrictedExpression::new_record(fields).map_err(|e| e.to_string())
+}
+
+fn to_cedar(v: &Value) -> Option<RestrictedExpression> {
+    Some(match v {
+        Value::String(s) => RestrictedExpression::new_string(s.clone()),
+        Value::Bool(b) => RestrictedExpression::new_bool(*b),
+        Value::Number(n) => RestrictedExpression::new_long(n.as_i64()?),
+        Value::Array(items) => RestrictedExpression::new_set(items.iter().filter_map(to_cedar)),
+        Value::Object(map) => RestrictedExpression::new_record(
+            map.iter()
+                .filter_map(|(k, v)| Some((k.clone(), to_cedar(v)?))),
+        )
+        .ok()?,
+        Value::Null => return None,
+    })
 }

@@ -47,6 +47,7 @@ pub fn build_view(
     tools: &[&'static ToolContract],
     observations: &[Observation],
     final_answer_schema: &Value,
+    input_schema: &dyn Fn(&str) -> Option<Value>,
 ) -> PlannerView {
     PlannerView {
         goal: goal.clone(),
@@ -58,7 +59,7 @@ pub fn build_view(
                 name: t.name.to_string(),
                 title: t.title.to_string(),
                 description: t.description.to_string(),
-                input_schema: serde_json::from_str(t.input_schema).unwrap_or(Value::Null),
+                input_schema: input_schema(t.name).unwrap_or(Value::Null),
             })
             .collect(),
         observations: observations

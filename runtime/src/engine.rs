@@ -7,7 +7,9 @@ use std::sync::Arc;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
-use crate::authorization::{Authorization, AuthzDecision, AuthzLoadError};
+use crate::authorization::{
+    AUTHORIZATION_ERROR, Authorization, AuthzDecision, AuthzLoadError, Principal,
+};
 use crate::bundle::ContractBundle;
 use crate::capability_filter::{self, Health};
 use crate::context::{PlannerView, build_view};
@@ -97,6 +99,8 @@ struct Run<S: RunStateEnum> {
     outcome: Option<Outcome>,
     checkpoints: Vec<Checkpoint>,
     ledger: Vec<LedgerRow>,
+    /// The run's Cedar entities, built on first use (not persisted: rebuilt on resume).
+    principal: Option<Principal>,
 }
 
 impl<S: RunStateEnum> Run<S> {
@@ -116,7 +120,9 @@ impl<S: RunStateEnum> Run<S> {
     fn go(&mut self, to: S, reason: Option<&str>, now_ms: u64) -> Result<(), IllegalTransition> {
         let from = self.machine.state().as_str().to_string();
         let sequence = self.machine.apply(to)?;
-        let snapshot = serde_json::to_value(self.snapshot()).expect("snapshot serializes");
+        // The snapshot is filled in at the commit point, for the batch's last
+        // checkpoint only: recovery always starts from the last committed one.
+        let snapshot = Value::Null;
         self.checkpoints.push(Checkpoint {
             run_id: self.spec.run_id.clone(),
             sequence,
@@ -202,6 +208,7 @@ impl<B: ContractBundle> Engine<B> {
             &tools,
             run.controls.observations(),
             self.validators.final_answer_schema(),
+            &|name| self.validators.input_schema(name).cloned(),
         )
     }
 
@@ -223,6 +230,7 @@ impl<B: ContractBundle> Engine<B> {
             outcome: None,
             checkpoints: Vec::new(),
             ledger: Vec::new(),
+            principal: None,
         };
         self.drive(&mut run, planner, executor, store).await
     }
@@ -268,6 +276,7 @@ impl<B: ContractBundle> Engine<B> {
             outcome: snap.outcome,
             checkpoints: Vec::new(),
             ledger: Vec::new(),
+            principal: None,
         };
         if let Some(outcome) = &run.outcome
             && current.is_terminal()
@@ -524,6 +533,10 @@ impl<B: ContractBundle> Engine<B> {
         point: CommitPoint,
         store: &St,
     ) -> Result<(), RuntimeError> {
+        let snapshot = serde_json::to_value(run.snapshot()).expect("snapshot serializes");
+        if let Some(last) = run.checkpoints.last_mut() {
+            last.snapshot = snapshot;
+        }
         let batch = Batch {
             run_id: run.spec.run_id.clone(),
             point,
@@ -756,10 +769,20 @@ impl<B: ContractBundle> Engine<B> {
                 .await
                 .map(Some);
         }
-        if let AuthzDecision::Deny { reason, .. } = self
-            .authorization
-            .authorize(&run.spec, &run.stage, tool, &arguments)
-        {
+        if run.principal.is_none() {
+            run.principal = self
+                .authorization
+                .principal(&run.spec, &run.stage, B::TOOLS)
+                .ok();
+        }
+        let decision = match &run.principal {
+            Some(p) => self.authorization.authorize_as(p, tool, &arguments),
+            None => AuthzDecision::Deny {
+                reason: AUTHORIZATION_ERROR.into(),
+                policies: Vec::new(),
+            },
+        };
+        if let AuthzDecision::Deny { reason, .. } = decision {
             deny(run, row, CallStatus::Denied, "authorization", &reason);
             return self
                 .finish(run, "needs_human", Some(&reason), None, store)

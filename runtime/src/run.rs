@@ -58,7 +58,8 @@ pub struct Checkpoint {
     pub to: String,
     pub at_ms: u64,
     pub reason: Option<String>,
-    /// The whole run state after the transition; recovery starts from it.
+    /// The whole run state after the transition, on the last checkpoint of each commit
+    /// (`null` on the others); recovery starts from the last committed one.
     pub snapshot: Value,
 }
 

@@ -11,6 +11,7 @@ use crate::bundle::ContractBundle;
 /// Compiled validators for every tool's input and output and for the final answer.
 pub struct Validators {
     inputs: HashMap<&'static str, Validator>,
+    input_schemas: HashMap<&'static str, Value>,
     outputs: HashMap<&'static str, Validator>,
     final_answer: Validator,
     final_answer_schema: Value,
@@ -36,12 +37,12 @@ fn compile(what: &str, text: &str) -> Result<(Validator, Value), SchemaError> {
 impl Validators {
     pub fn compile<B: ContractBundle>() -> Result<Self, SchemaError> {
         let mut inputs = HashMap::new();
+        let mut input_schemas = HashMap::new();
         let mut outputs = HashMap::new();
         for t in B::TOOLS {
-            inputs.insert(
-                t.name,
-                compile(&format!("{} input", t.name), t.input_schema)?.0,
-            );
+            let (validator, schema) = compile(&format!("{} input", t.name), t.input_schema)?;
+            inputs.insert(t.name, validator);
+            input_schemas.insert(t.name, schema);
             outputs.insert(
                 t.name,
                 compile(&format!("{} output", t.name), t.output_schema)?.0,
@@ -50,10 +51,16 @@ impl Validators {
         let (final_answer, final_answer_schema) = compile("final answer", B::FINAL_ANSWER_SCHEMA)?;
         Ok(Self {
             inputs,
+            input_schemas,
             outputs,
             final_answer,
             final_answer_schema,
         })
+    }
+
+    /// A tool's model-visible input schema, parsed once.
+    pub fn input_schema(&self, tool: &str) -> Option<&Value> {
+        self.input_schemas.get(tool)
     }
 
     pub fn final_answer_schema(&self) -> &Value {

@@ -10,7 +10,7 @@ pub mod tools;
 
 pub use agent::{BUDGETS, FinalAnswer};
 pub use state::RunState;
-pub use tools::{TOOLS, ToolHandlers, ToolId, dispatch};
+pub use tools::{Dispatcher, TOOLS, ToolHandlers, ToolId, dispatch};
 
 /// SHA-256 over the contract and policy sources of this bundle.
 pub const BUNDLE_DIGEST: &str = "dda762a5b177e02a40a0dce216557fa006b35fb54548c784c3434a7388f9d2b3";

@@ -338,6 +338,23 @@ pub trait ToolHandlers: Send + Sync {
     ) -> impl Future<Output = Result<CaseopsResolveDocumentAliasOutput, ToolError>> + Send;
 }
 
+/// Untyped access to typed handlers, for generic hosts (e.g. an MCP server).
+#[derive(Debug, Clone, Default)]
+pub struct Dispatcher<H>(pub H);
+
+impl<H: ToolHandlers> caseops_runtime::ToolDispatch for Dispatcher<H> {
+    async fn call(
+        &self,
+        tool: &'static ToolContract,
+        ctx: &CallContext,
+        arguments: serde_json::Value,
+    ) -> Result<serde_json::Value, ToolError> {
+        let id = ToolId::from_name(tool.name)
+            .ok_or_else(|| ToolError::UnknownTool(tool.name.to_string()))?;
+        dispatch(&self.0, id, ctx, arguments).await
+    }
+}
+
 /// Decodes the arguments of `tool`, calls its handler and encodes the result.
 pub async fn dispatch<H: ToolHandlers>(
     handlers: &H,

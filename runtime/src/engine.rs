@@ -492,6 +492,7 @@ impl<B: ContractBundle> Engine<B> {
             task_id: run.spec.task_id.clone(),
             subject: run.spec.subject.clone(),
             resource_id: run.spec.resource_id.clone(),
+            scopes: run.spec.scopes.clone(),
             tool_call_id: id.to_string(),
             correlation_id: run.spec.correlation_id.clone(),
             injected: Default::default(),

@@ -1,8 +1,23 @@
 //! What a tool handler receives and returns.
 
 use std::collections::BTreeMap;
+use std::future::Future;
 
 use serde_json::Value;
+
+use crate::contract::ToolContract;
+
+/// Calls a tool's handler with untyped JSON: the generated `Dispatcher` implements it
+/// over the typed `ToolHandlers` trait, so generic hosts (the MCP server) can serve any
+/// bundle.
+pub trait ToolDispatch: Send + Sync {
+    fn call(
+        &self,
+        tool: &'static ToolContract,
+        ctx: &CallContext,
+        arguments: Value,
+    ) -> impl Future<Output = Result<Value, ToolError>> + Send;
+}
 
 /// Trusted facts about the call, from the task token and the run, never from the model.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -12,6 +27,8 @@ pub struct CallContext {
     pub subject: String,
     /// The id of the run-bound resource (e.g. the case id).
     pub resource_id: String,
+    /// The task's scopes (from its token).
+    pub scopes: Vec<String>,
     pub tool_call_id: String,
     pub correlation_id: String,
     /// Values for system-injected fields, by field name (e.g. `idempotency_key`).

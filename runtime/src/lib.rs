@@ -39,7 +39,7 @@ pub use contract::{
 };
 pub use engine::{Engine, EngineError, RuntimeError};
 pub use execution::{EffectStatus, ExecError, Executor, ToolCall};
-pub use handler::{CallContext, ToolError};
+pub use handler::{CallContext, ToolDispatch, ToolError};
 pub use proposal::{Planner, PlannerError};
 pub use run::{CallStatus, Checkpoint, LedgerRow, Outcome, RunSpec};
 pub use state::RunStateEnum;

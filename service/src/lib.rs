@@ -1,1 +1,6 @@
-//! Placeholder: this crate is built by a later issue.
+//! `caseops-service`: the CaseOps claims-investigation host. It serves the four
+//! read-only tools over MCP and (with the API) drives agent runs with the runtime.
+
+pub mod domain;
+pub mod mcp;
+pub mod tools;

@@ -355,6 +355,23 @@ pub fn tools_module(tools: &[ToolContract]) -> TokenStream {
             #(#trait_methods)*
         }
 
+        /// Untyped access to typed handlers, for generic hosts (e.g. an MCP server).
+        #[derive(Debug, Clone, Default)]
+        pub struct Dispatcher<H>(pub H);
+
+        impl<H: ToolHandlers> caseops_runtime::ToolDispatch for Dispatcher<H> {
+            async fn call(
+                &self,
+                tool: &'static ToolContract,
+                ctx: &CallContext,
+                arguments: serde_json::Value,
+            ) -> Result<serde_json::Value, ToolError> {
+                let id = ToolId::from_name(tool.name)
+                    .ok_or_else(|| ToolError::UnknownTool(tool.name.to_string()))?;
+                dispatch(&self.0, id, ctx, arguments).await
+            }
+        }
+
         /// Decodes the arguments of `tool`, calls its handler and encodes the result.
         pub async fn dispatch<H: ToolHandlers>(
             handlers: &H,
@@ -625,7 +642,7 @@ pub fn lib_module(info: &LibInfo) -> TokenStream {
 
         pub use agent::{BUDGETS, FinalAnswer};
         pub use state::RunState;
-        pub use tools::{TOOLS, ToolHandlers, ToolId, dispatch};
+        pub use tools::{Dispatcher, TOOLS, ToolHandlers, ToolId, dispatch};
 
         /// SHA-256 over the contract and policy sources of this bundle.
         pub const BUNDLE_DIGEST: &str = #digest;

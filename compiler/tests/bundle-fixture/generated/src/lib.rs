@@ -10,7 +10,7 @@ pub mod tools;
 
 pub use agent::{BUDGETS, FinalAnswer};
 pub use state::RunState;
-pub use tools::{TOOLS, ToolHandlers, ToolId, dispatch};
+pub use tools::{Dispatcher, TOOLS, ToolHandlers, ToolId, dispatch};
 
 /// SHA-256 over the contract and policy sources of this bundle.
 pub const BUNDLE_DIGEST: &str = "8e6bbde1cf5944483023370e92496deae962f1a08338acb76b54dc6a7380932c";

@@ -1,0 +1,111 @@
+//! The CaseOps reference data (DESIGN §6): tenants, a claim policy, case C-102, its
+//! source document and the alias rule that normalizes its label.
+
+use serde::{Deserialize, Serialize};
+
+pub const DEMO_TENANT: &str = "tenant-demo";
+/// A second tenant, for boundary tests: it has a case with the same id.
+pub const OTHER_TENANT: &str = "tenant-other";
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ClaimPolicy {
+    pub tenant_id: String,
+    pub policy_id: String,
+    pub version: String,
+    /// `(code, label)` of each required document.
+    pub required: Vec<(String, String)>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Case {
+    pub tenant_id: String,
+    pub case_id: String,
+    pub version: i64,
+    pub status: String,
+    pub policy_id: String,
+    pub policy_version: String,
+    pub received_codes: Vec<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SourceDocument {
+    pub tenant_id: String,
+    pub case_id: String,
+    pub document_id: String,
+    pub label: String,
+    /// `None` until the label is normalized to a document code.
+    pub code: Option<String>,
+    pub evidence_ref: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct AliasRule {
+    pub tenant_id: String,
+    pub label: String,
+    pub code: String,
+    pub rule_version: String,
+    pub confidence: f64,
+    pub active: bool,
+}
+
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+pub struct ReferenceData {
+    pub policies: Vec<ClaimPolicy>,
+    pub cases: Vec<Case>,
+    pub documents: Vec<SourceDocument>,
+    pub alias_rules: Vec<AliasRule>,
+}
+
+/// The data every demo and test starts from.
+pub fn reference_data() -> ReferenceData {
+    let policy = |tenant: &str| ClaimPolicy {
+        tenant_id: tenant.into(),
+        policy_id: "motor-claim-standard".into(),
+        version: "2026.1".into(),
+        required: vec![
+            ("LOSS_STATEMENT".into(), "Loss statement".into()),
+            ("IDENTITY_DOCUMENT".into(), "Identity document".into()),
+            ("ACCIDENT_CERTIFICATE".into(), "Accident certificate".into()),
+        ],
+    };
+    ReferenceData {
+        policies: vec![policy(DEMO_TENANT), policy(OTHER_TENANT)],
+        cases: vec![
+            Case {
+                tenant_id: DEMO_TENANT.into(),
+                case_id: "C-102".into(),
+                version: 7,
+                status: "waiting_for_documents".into(),
+                policy_id: "motor-claim-standard".into(),
+                policy_version: "2026.1".into(),
+                received_codes: vec!["LOSS_STATEMENT".into(), "IDENTITY_DOCUMENT".into()],
+            },
+            // Another tenant's case with an id the demo tenant might guess.
+            Case {
+                tenant_id: OTHER_TENANT.into(),
+                case_id: "C-555".into(),
+                version: 1,
+                status: "open".into(),
+                policy_id: "motor-claim-standard".into(),
+                policy_version: "2026.1".into(),
+                received_codes: vec![],
+            },
+        ],
+        documents: vec![SourceDocument {
+            tenant_id: DEMO_TENANT.into(),
+            case_id: "C-102".into(),
+            document_id: "DOC-C102-003".into(),
+            label: "道路交通事故认定书".into(),
+            code: None,
+            evidence_ref: "evidence://C-102/DOC-C102-003@1".into(),
+        }],
+        alias_rules: vec![AliasRule {
+            tenant_id: DEMO_TENANT.into(),
+            label: "道路交通事故认定书".into(),
+            code: "ACCIDENT_CERTIFICATE".into(),
+            rule_version: "2026.1".into(),
+            confidence: 1.0,
+            active: true,
+        }],
+    }
+}

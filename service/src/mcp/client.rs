@@ -1,0 +1,335 @@
+//! The MCP client executor: the runtime's tool calls go to an MCP server over
+//! Streamable HTTP. One keep-alive HTTP client per server, `initialize` once (again
+//! after a protocol error), a fresh task token per run, JSON or SSE responses.
+
+use std::collections::HashMap;
+use std::marker::PhantomData;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use caseops_runtime::{CallContext, ContractBundle, ExecError, Executor, ToolCall};
+use serde_json::{Value, json};
+
+use super::server::LATEST_VERSION;
+use super::token::TokenIssuer;
+
+/// Why the server is not ready to serve the compiled tools.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ReadinessError {
+    #[error("mcp server unreachable: {0}")]
+    Unreachable(String),
+    #[error("tool `{tool}` differs from the compiled listing: {difference}")]
+    Mismatch { tool: String, difference: String },
+}
+
+pub struct McpClient<B: ContractBundle> {
+    http: reqwest::Client,
+    url: String,
+    issuer: TokenIssuer,
+    /// The negotiated protocol version; `None` until initialized (or after a
+    /// protocol error, so the next call initializes again).
+    version: tokio::sync::Mutex<Option<String>>,
+    next_id: AtomicU64,
+    /// One token per task (run), reused while it has a minute left.
+    tokens: Mutex<HashMap<String, (String, u64)>>,
+    _bundle: PhantomData<B>,
+}
+
+fn now() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0)
+}
+
+fn transient(message: impl Into<String>) -> ExecError {
+    ExecError::Transient {
+        code: "MCP_UNAVAILABLE".into(),
+        message: message.into(),
+    }
+}
+
+impl<B: ContractBundle> McpClient<B> {
+    pub fn new(url: impl Into<String>, issuer: TokenIssuer) -> Self {
+        let http = reqwest::Client::builder()
+            .pool_idle_timeout(Duration::from_secs(90))
+            .timeout(Duration::from_secs(60))
+            .build()
+            .expect("an HTTP client with no TLS options always builds");
+        Self {
+            http,
+            url: url.into(),
+            issuer,
+            version: tokio::sync::Mutex::new(None),
+            next_id: AtomicU64::new(1),
+            tokens: Mutex::new(HashMap::new()),
+            _bundle: PhantomData,
+        }
+    }
+
+    fn token_for(&self, ctx: &CallContext) -> Result<String, ExecError> {
+        let mut tokens = self.tokens.lock().expect("token cache lock");
+        if let Some((token, exp)) = tokens.get(&ctx.task_id)
+            && *exp > now() + 60
+        {
+            return Ok(token.clone());
+        }
+        let claims = self.issuer.claims(
+            &ctx.subject,
+            &ctx.tenant_id,
+            &ctx.task_id,
+            &ctx.resource_id,
+            &ctx.scopes,
+        );
+        let token = self
+            .issuer
+            .sign(&claims)
+            .map_err(|e| ExecError::Authorization {
+                code: "TOKEN_ISSUE_FAILED".into(),
+                message: e.to_string(),
+            })?;
+        tokens.insert(ctx.task_id.clone(), (token.clone(), claims.exp));
+        Ok(token)
+    }
+
+    /// A token with every scope of the bundle, for readiness checks.
+    pub fn readiness_token(&self) -> Result<String, ExecError> {
+        let scopes: Vec<String> = B::TOOLS
+            .iter()
+            .map(|t| t.required_scope.to_string())
+            .collect();
+        let ctx = CallContext {
+            tenant_id: "caseops-readiness".into(),
+            task_id: "caseops-readiness".into(),
+            subject: "caseops-readiness".into(),
+            resource_id: "none".into(),
+            scopes,
+            ..Default::default()
+        };
+        self.token_for(&ctx)
+    }
+
+    async fn post(
+        &self,
+        token: &str,
+        version: Option<&str>,
+        body: &Value,
+    ) -> Result<Option<Value>, ExecError> {
+        let mut req = self
+            .http
+            .post(&self.url)
+            .bearer_auth(token)
+            .header("accept", "application/json, text/event-stream")
+            .header("content-type", "application/json")
+            .body(body.to_string());
+        if let Some(v) = version {
+            req = req.header("mcp-protocol-version", v);
+        }
+        let resp = req.send().await.map_err(|e| transient(e.to_string()))?;
+        let status = resp.status();
+        let is_sse = resp
+            .headers()
+            .get("content-type")
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|v| v.starts_with("text/event-stream"));
+        let text = resp.text().await.map_err(|e| transient(e.to_string()))?;
+        match status.as_u16() {
+            202 => return Ok(None),
+            200 => {}
+            401 => {
+                return Err(ExecError::Authorization {
+                    code: "TOKEN_REJECTED".into(),
+                    message: "the server refused the task token".into(),
+                });
+            }
+            403 => {
+                return Err(ExecError::Authorization {
+                    code: "INSUFFICIENT_SCOPE".into(),
+                    message: "the task token lacks the tool's scope".into(),
+                });
+            }
+            502..=504 => return Err(transient(format!("HTTP {status}"))),
+            _ => return Err(ExecError::Protocol(format!("HTTP {status}"))),
+        }
+        let message = if is_sse {
+            sse_message(&text)
+        } else {
+            serde_json::from_str(&text).ok()
+        };
+        message
+            .map(Some)
+            .ok_or_else(|| ExecError::Protocol("the response is not a JSON-RPC message".into()))
+    }
+
+    async fn ensure_initialized(&self, token: &str) -> Result<String, ExecError> {
+        let mut version = self.version.lock().await;
+        if let Some(v) = version.as_ref() {
+            return Ok(v.clone());
+        }
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let init = json!({
+            "jsonrpc": "2.0", "id": id, "method": "initialize",
+            "params": {
+                "protocolVersion": LATEST_VERSION,
+                "capabilities": {},
+                "clientInfo": { "name": "caseops-runtime", "version": env!("CARGO_PKG_VERSION") },
+            },
+        });
+        let reply = self
+            .post(token, None, &init)
+            .await?
+            .ok_or_else(|| ExecError::Protocol("initialize got no response".into()))?;
+        let negotiated = reply["result"]["protocolVersion"]
+            .as_str()
+            .ok_or_else(|| ExecError::Protocol("initialize returned no protocol version".into()))?
+            .to_string();
+        let note = json!({ "jsonrpc": "2.0", "method": "notifications/initialized" });
+        self.post(token, Some(&negotiated), &note).await?;
+        *version = Some(negotiated.clone());
+        Ok(negotiated)
+    }
+
+    /// One request; a JSON-RPC error resets the session so the next call initializes.
+    pub async fn request(
+        &self,
+        token: &str,
+        method: &str,
+        params: Value,
+    ) -> Result<Value, ExecError> {
+        let version = self.ensure_initialized(token).await?;
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let body = json!({ "jsonrpc": "2.0", "id": id, "method": method, "params": params });
+        let reply = self
+            .post(token, Some(&version), &body)
+            .await?
+            .ok_or_else(|| ExecError::Protocol("a request got no response".into()))?;
+        if let Some(err) = reply.get("error") {
+            *self.version.lock().await = None;
+            return Err(ExecError::Protocol(format!(
+                "{} ({})",
+                err["message"].as_str().unwrap_or("error"),
+                err["code"]
+            )));
+        }
+        reply
+            .get("result")
+            .cloned()
+            .ok_or_else(|| ExecError::Protocol("a response without result".into()))
+    }
+
+    /// Every tool the server lists for `token`, following pagination.
+    pub async fn list_tools(&self, token: &str) -> Result<Vec<Value>, ExecError> {
+        let mut out = Vec::new();
+        let mut cursor: Option<String> = None;
+        for _ in 0..1000 {
+            let params = match &cursor {
+                Some(c) => json!({ "cursor": c }),
+                None => json!({}),
+            };
+            let page = self.request(token, "tools/list", params).await?;
+            out.extend(page["tools"].as_array().cloned().unwrap_or_default());
+            match page["nextCursor"].as_str() {
+                Some(c) => cursor = Some(c.to_string()),
+                None => return Ok(out),
+            }
+        }
+        Err(ExecError::Protocol(
+            "tools/list pagination does not end".into(),
+        ))
+    }
+
+    /// Compares the server's listing with the compiled one (names and schemas).
+    pub async fn check_listing(&self) -> Result<(), ReadinessError> {
+        let token = self
+            .readiness_token()
+            .map_err(|e| ReadinessError::Unreachable(e.to_string()))?;
+        let served = self
+            .list_tools(&token)
+            .await
+            .map_err(|e| ReadinessError::Unreachable(e.to_string()))?;
+        let compiled: Value = serde_json::from_str(B::MCP_TOOLS).unwrap_or(Value::Null);
+        let compiled = compiled["tools"].as_array().cloned().unwrap_or_default();
+        compare_listings(&compiled, &served)
+    }
+}
+
+/// The first JSON-RPC message in an SSE body (`data:` lines of the first event).
+fn sse_message(text: &str) -> Option<Value> {
+    let mut data = String::new();
+    for line in text.lines() {
+        if let Some(d) = line.strip_prefix("data:") {
+            data.push_str(d.trim_start());
+        } else if line.is_empty() && !data.is_empty() {
+            if let Ok(v) = serde_json::from_str::<Value>(&data)
+                && (v.get("result").is_some() || v.get("error").is_some())
+            {
+                return Some(v);
+            }
+            data.clear();
+        }
+    }
+    serde_json::from_str(&data).ok()
+}
+
+/// Names, input and output schemas must match exactly.
+pub fn compare_listings(compiled: &[Value], served: &[Value]) -> Result<(), ReadinessError> {
+    for c in compiled {
+        let name = c["name"].as_str().unwrap_or_default();
+        let Some(s) = served.iter().find(|s| s["name"] == c["name"]) else {
+            return Err(ReadinessError::Mismatch {
+                tool: name.into(),
+                difference: "not listed by the server".into(),
+            });
+        };
+        for key in ["inputSchema", "outputSchema"] {
+            if s[key] != c[key] {
+                return Err(ReadinessError::Mismatch {
+                    tool: name.into(),
+                    difference: format!("`{key}` differs"),
+                });
+            }
+        }
+    }
+    if let Some(extra) = served
+        .iter()
+        .find(|s| !compiled.iter().any(|c| c["name"] == s["name"]))
+    {
+        return Err(ReadinessError::Mismatch {
+            tool: extra["name"].as_str().unwrap_or_default().into(),
+            difference: "listed by the server but not compiled".into(),
+        });
+    }
+    Ok(())
+}
+
+impl<B: ContractBundle> Executor for McpClient<B> {
+    async fn execute(&self, call: &ToolCall) -> Result<Value, ExecError> {
+        let token = self.token_for(&call.context)?;
+        let result = self
+            .request(
+                &token,
+                "tools/call",
+                json!({ "name": call.tool.name, "arguments": call.arguments }),
+            )
+            .await?;
+        if result["isError"] == json!(true) {
+            let s = &result["structuredContent"];
+            let code = s["code"].as_str().unwrap_or("TOOL_ERROR").to_string();
+            let message = s["message"].as_str().unwrap_or("tool error").to_string();
+            return Err(if B::DENY_REASONS.contains(&code.as_str()) {
+                ExecError::Authorization { code, message }
+            } else if code == "INVALID_ARGUMENTS" || code == "CONTRACT_VIOLATION" {
+                ExecError::Contract { code, message }
+            } else if s["details"]["transient"] == json!(true) {
+                ExecError::Transient { code, message }
+            } else {
+                ExecError::Business { code, message }
+            });
+        }
+        result
+            .get("structuredContent")
+            .cloned()
+            .ok_or_else(|| ExecError::Protocol("a tool result without structuredContent".into()))
+    }
+}

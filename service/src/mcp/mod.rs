@@ -1,0 +1,6 @@
+//! The MCP tool plane: the Streamable HTTP server, task tokens and the client executor.
+
+pub mod client;
+pub mod jsonrpc;
+pub mod server;
+pub mod token;

@@ -1,0 +1,507 @@
+//! The MCP tool server: Streamable HTTP (protocol 2025-11-25) at `/mcp`, stateless,
+//! JSON responses. It speaks the protocol exactly and still decides tenant, scope and
+//! resource itself: identity comes only from the task token.
+
+use std::marker::PhantomData;
+use std::sync::Arc;
+
+use axum::Router;
+use axum::body::Bytes;
+use axum::extract::{DefaultBodyLimit, State};
+use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{any, get};
+use caseops_runtime::authorization::{Authorization, AuthzDecision};
+use caseops_runtime::validation::Validators;
+use caseops_runtime::{CallContext, ContractBundle, RunSpec, ToolDispatch, ToolError};
+use serde_json::{Map, Value, json};
+
+use super::jsonrpc::{self, Incoming};
+use super::token::{TaskClaims, TokenError, TokenVerifier};
+
+pub const LATEST_VERSION: &str = "2025-11-25";
+pub const SUPPORTED_VERSIONS: &[&str] = &["2025-11-25", "2025-06-18", "2025-03-26"];
+pub const METADATA_PATH: &str = "/.well-known/oauth-protected-resource/mcp";
+
+/// Where the server lives and whom it lets in.
+#[derive(Debug, Clone)]
+pub struct McpConfig {
+    /// This server's resource URL (`http://host:port/mcp`): the token audience.
+    pub resource_url: String,
+    /// The token issuer (the host's authorization server).
+    pub issuer: String,
+    /// `Origin` values a browser may send; any other present `Origin` is refused.
+    pub allowed_origins: Vec<String>,
+    /// `Host` values accepted (DNS-rebinding protection).
+    pub allowed_hosts: Vec<String>,
+    pub max_body_bytes: usize,
+    pub page_size: usize,
+}
+
+impl McpConfig {
+    /// A loopback server on `addr` (e.g. `127.0.0.1:8081`).
+    pub fn loopback(addr: std::net::SocketAddr, issuer: &str) -> Self {
+        let port = addr.port();
+        Self {
+            resource_url: format!("http://{addr}/mcp"),
+            issuer: issuer.to_string(),
+            allowed_origins: vec![format!("http://{addr}"), format!("http://localhost:{port}")],
+            allowed_hosts: vec![addr.to_string(), format!("localhost:{port}")],
+            max_body_bytes: 256 * 1024,
+            page_size: 50,
+        }
+    }
+
+    fn base_url(&self) -> &str {
+        self.resource_url.trim_end_matches("/mcp")
+    }
+
+    fn metadata_url(&self) -> String {
+        format!("{}{METADATA_PATH}", self.base_url())
+    }
+}
+
+/// The server's state: compiled schemas and policies of bundle `B`, handlers `D`.
+pub struct McpServer<B: ContractBundle, D> {
+    config: McpConfig,
+    verifier: TokenVerifier,
+    validators: Validators,
+    authorization: Authorization,
+    dispatch: D,
+    listing: Vec<Value>,
+    _bundle: PhantomData<B>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum McpSetupError {
+    #[error("bundle does not load: {0}")]
+    Bundle(String),
+    #[error("token verifier: {0}")]
+    Token(#[from] TokenError),
+}
+
+impl<B: ContractBundle, D: ToolDispatch + 'static> McpServer<B, D> {
+    pub fn new(config: McpConfig, secret: &[u8], dispatch: D) -> Result<Self, McpSetupError> {
+        let verifier = TokenVerifier::new(
+            secret,
+            &config.issuer,
+            &config.resource_url,
+            B::RESOURCE_ID_FIELD,
+        )?;
+        let validators =
+            Validators::compile::<B>().map_err(|e| McpSetupError::Bundle(e.to_string()))?;
+        let authorization =
+            Authorization::load::<B>().map_err(|e| McpSetupError::Bundle(e.to_string()))?;
+        let listing: Value =
+            serde_json::from_str(B::MCP_TOOLS).map_err(|e| McpSetupError::Bundle(e.to_string()))?;
+        let listing = listing["tools"].as_array().cloned().unwrap_or_default();
+        Ok(Self {
+            config,
+            verifier,
+            validators,
+            authorization,
+            dispatch,
+            listing,
+            _bundle: PhantomData,
+        })
+    }
+
+    /// The axum router: `/mcp`, the protected-resource metadata and `/health/live`.
+    pub fn router(self) -> Router {
+        let max = self.config.max_body_bytes;
+        let state = Arc::new(self);
+        Router::new()
+            .route("/mcp", any(mcp::<B, D>))
+            .route(METADATA_PATH, get(metadata::<B, D>))
+            .route(
+                "/.well-known/oauth-protected-resource",
+                get(metadata::<B, D>),
+            )
+            .route("/health/live", get(|| async { "ok" }))
+            .layer(DefaultBodyLimit::max(max))
+            .with_state(state)
+    }
+
+    fn unauthorized(&self, error: &TokenError) -> Response {
+        let challenge = format!(
+            "Bearer resource_metadata=\"{}\", error=\"invalid_token\", error_description=\"{error}\"",
+            self.config.metadata_url()
+        );
+        let mut r = (
+            StatusCode::UNAUTHORIZED,
+            axum::Json(json!({ "error": "invalid_token", "error_description": error.to_string() })),
+        )
+            .into_response();
+        r.headers_mut().insert(
+            header::WWW_AUTHENTICATE,
+            HeaderValue::from_str(&challenge).unwrap_or(HeaderValue::from_static("Bearer")),
+        );
+        r
+    }
+
+    fn insufficient_scope(&self, scope: &str) -> Response {
+        let challenge = format!(
+            "Bearer error=\"insufficient_scope\", scope=\"{scope}\", resource_metadata=\"{}\"",
+            self.config.metadata_url()
+        );
+        let mut r = (
+            StatusCode::FORBIDDEN,
+            axum::Json(json!({ "error": "insufficient_scope", "scope": scope })),
+        )
+            .into_response();
+        r.headers_mut().insert(
+            header::WWW_AUTHENTICATE,
+            HeaderValue::from_str(&challenge).unwrap_or(HeaderValue::from_static("Bearer")),
+        );
+        r
+    }
+
+    fn authenticate(&self, headers: &HeaderMap) -> Result<TaskClaims, TokenError> {
+        let value = headers
+            .get(header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .ok_or(TokenError::Missing)?;
+        let token = value
+            .strip_prefix("Bearer ")
+            .or_else(|| value.strip_prefix("bearer "))
+            .ok_or(TokenError::Missing)?;
+        self.verifier.verify(token.trim())
+    }
+
+    fn tool_visible(&self, claims: &TaskClaims, tool: &Value) -> bool {
+        tool["name"]
+            .as_str()
+            .and_then(B::tool)
+            .is_some_and(|t| claims.has_scope(t.required_scope))
+    }
+
+    fn list(
+        &self,
+        claims: &TaskClaims,
+        params: &Map<String, Value>,
+    ) -> Result<Value, (i64, String)> {
+        let visible: Vec<&Value> = self
+            .listing
+            .iter()
+            .filter(|t| self.tool_visible(claims, t))
+            .collect();
+        let start = match params.get("cursor") {
+            None | Some(Value::Null) => 0,
+            Some(Value::String(c)) => c
+                .strip_prefix("tools:")
+                .and_then(|n| n.parse::<usize>().ok())
+                .filter(|n| *n <= visible.len())
+                .ok_or((jsonrpc::INVALID_PARAMS, "invalid cursor".to_string()))?,
+            Some(_) => return Err((jsonrpc::INVALID_PARAMS, "invalid cursor".into())),
+        };
+        let end = (start + self.config.page_size.max(1)).min(visible.len());
+        let mut result = json!({ "tools": visible[start..end] });
+        if end < visible.len() {
+            result["nextCursor"] = json!(format!("tools:{end}"));
+        }
+        Ok(result)
+    }
+
+    async fn call(
+        &self,
+        claims: &TaskClaims,
+        params: &Map<String, Value>,
+    ) -> Result<Value, CallFailure> {
+        let Some(name) = params.get("name").and_then(Value::as_str) else {
+            return Err(CallFailure::Protocol(
+                jsonrpc::INVALID_PARAMS,
+                "`name` is required".into(),
+            ));
+        };
+        let Some(tool) = B::tool(name) else {
+            return Err(CallFailure::Protocol(
+                jsonrpc::INVALID_PARAMS,
+                format!("unknown tool `{name}`"),
+            ));
+        };
+        // Scope is an HTTP-level decision, made before any tool code runs.
+        if !claims.has_scope(tool.required_scope) {
+            return Err(CallFailure::Scope(tool.required_scope.to_string()));
+        }
+        let arguments = match params.get("arguments") {
+            None | Some(Value::Null) => json!({}),
+            Some(a @ Value::Object(_)) => a.clone(),
+            Some(_) => {
+                return Err(CallFailure::Protocol(
+                    jsonrpc::INVALID_PARAMS,
+                    "`arguments` must be an object".into(),
+                ));
+            }
+        };
+        if let Err(errors) = self.validators.arguments(tool.name, &arguments) {
+            return Ok(tool_error(
+                "INVALID_ARGUMENTS",
+                "arguments do not match the tool's input schema",
+                Some(json!(errors)),
+                &claims.task_id,
+            ));
+        }
+        let resource_id = claims
+            .resource_id(B::RESOURCE_ID_FIELD)
+            .unwrap_or_default()
+            .to_string();
+        let spec = RunSpec {
+            run_id: claims.task_id.clone(),
+            tenant_id: claims.tenant_id.clone(),
+            task_id: claims.task_id.clone(),
+            subject: claims.sub.clone(),
+            resource_id: resource_id.clone(),
+            scopes: claims.scopes(),
+            catalog: B::CATALOG.iter().map(|s| s.to_string()).collect(),
+            allowed_risks: vec![caseops_runtime::Risk::ReadOnly],
+            stage: B::STAGES.first().copied().unwrap_or_default().to_string(),
+            goal: String::new(),
+            correlation_id: claims.jti.clone(),
+        };
+        if let AuthzDecision::Deny { reason, .. } =
+            self.authorization
+                .authorize(&spec, &spec.stage, tool, &arguments)
+        {
+            return Ok(tool_error(
+                &reason,
+                "the call is not authorized",
+                None,
+                &claims.task_id,
+            ));
+        }
+        let ctx = CallContext {
+            tenant_id: claims.tenant_id.clone(),
+            task_id: claims.task_id.clone(),
+            subject: claims.sub.clone(),
+            resource_id,
+            scopes: claims.scopes(),
+            tool_call_id: claims.jti.clone(),
+            correlation_id: claims.jti.clone(),
+            injected: Default::default(),
+        };
+        match self.dispatch.call(tool, &ctx, arguments).await {
+            Ok(result) => {
+                if let Err(errors) = self.validators.output(tool.name, &result) {
+                    // Never send a result that breaks the contract; say so in the log.
+                    eprintln!(
+                        "caseops mcp: `{}` returned a result outside its output schema: {}",
+                        tool.name,
+                        errors.join("; ")
+                    );
+                    return Ok(tool_error(
+                        "CONTRACT_VIOLATION",
+                        "the tool's result does not match its output schema",
+                        None,
+                        &claims.task_id,
+                    ));
+                }
+                Ok(json!({
+                    "content": [ { "type": "text", "text": result.to_string() } ],
+                    "structuredContent": result,
+                    "isError": false,
+                    "_meta": { "caseops/task_id": claims.task_id, "caseops/bundle_digest": B::BUNDLE_DIGEST },
+                }))
+            }
+            Err(ToolError::Business { code, message }) => {
+                Ok(tool_error(&code, &message, None, &claims.task_id))
+            }
+            Err(ToolError::Transient { code, message }) => Ok(tool_error(
+                &code,
+                &message,
+                Some(json!({ "transient": true })),
+                &claims.task_id,
+            )),
+            Err(ToolError::InvalidArguments(m)) => {
+                Ok(tool_error("INVALID_ARGUMENTS", &m, None, &claims.task_id))
+            }
+            Err(ToolError::InvalidResult(_)) => Ok(tool_error(
+                "CONTRACT_VIOLATION",
+                "the tool's result does not match its output type",
+                None,
+                &claims.task_id,
+            )),
+            Err(ToolError::UnknownTool(t)) => Err(CallFailure::Protocol(
+                jsonrpc::INVALID_PARAMS,
+                format!("unknown tool `{t}`"),
+            )),
+        }
+    }
+}
+
+enum CallFailure {
+    Protocol(i64, String),
+    Scope(String),
+}
+
+/// A tool-execution error: `isError: true` with a machine-readable code.
+fn tool_error(code: &str, message: &str, details: Option<Value>, task_id: &str) -> Value {
+    let mut structured = json!({ "code": code, "message": message });
+    if let Some(d) = details {
+        structured["details"] = d;
+    }
+    json!({
+        "content": [ { "type": "text", "text": structured.to_string() } ],
+        "structuredContent": structured,
+        "isError": true,
+        "_meta": { "caseops/task_id": task_id },
+    })
+}
+
+fn status(code: StatusCode, message: &str) -> Response {
+    (code, axum::Json(json!({ "error": message }))).into_response()
+}
+
+fn rpc_status(code: StatusCode, body: Value) -> Response {
+    (code, axum::Json(body)).into_response()
+}
+
+async fn metadata<B: ContractBundle, D: ToolDispatch + 'static>(
+    State(s): State<Arc<McpServer<B, D>>>,
+) -> Response {
+    let mut scopes: Vec<&str> = B::TOOLS.iter().map(|t| t.required_scope).collect();
+    scopes.sort();
+    scopes.dedup();
+    axum::Json(json!({
+        "resource": s.config.resource_url,
+        "authorization_servers": [s.config.issuer],
+        "scopes_supported": scopes,
+        "bearer_methods_supported": ["header"],
+        "resource_name": format!("{} tools", B::AGENT),
+    }))
+    .into_response()
+}
+
+fn accepts_both(headers: &HeaderMap) -> bool {
+    let accept = headers
+        .get_all(header::ACCEPT)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .collect::<Vec<_>>()
+        .join(",");
+    let types: Vec<String> = accept
+        .split(',')
+        .map(|t| {
+            t.split(';')
+                .next()
+                .unwrap_or("")
+                .trim()
+                .to_ascii_lowercase()
+        })
+        .collect();
+    types.iter().any(|t| t == "application/json") && types.iter().any(|t| t == "text/event-stream")
+}
+
+async fn mcp<B: ContractBundle, D: ToolDispatch + 'static>(
+    State(s): State<Arc<McpServer<B, D>>>,
+    method: Method,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    // DNS-rebinding protection comes first, for every method.
+    if let Some(host) = headers.get(header::HOST).and_then(|h| h.to_str().ok())
+        && !s
+            .config
+            .allowed_hosts
+            .iter()
+            .any(|h| h.eq_ignore_ascii_case(host))
+    {
+        return status(StatusCode::FORBIDDEN, "host not allowed");
+    }
+    if let Some(origin) = headers.get(header::ORIGIN) {
+        let allowed = origin.to_str().is_ok_and(|o| {
+            s.config
+                .allowed_origins
+                .iter()
+                .any(|a| a.eq_ignore_ascii_case(o))
+        });
+        if !allowed {
+            return status(StatusCode::FORBIDDEN, "origin not allowed");
+        }
+    }
+    if method != Method::POST {
+        // Stateless server: no SSE stream to GET, no session to DELETE.
+        let mut r = status(StatusCode::METHOD_NOT_ALLOWED, "use POST");
+        r.headers_mut()
+            .insert(header::ALLOW, HeaderValue::from_static("POST"));
+        return r;
+    }
+    let claims = match s.authenticate(&headers) {
+        Ok(c) => c,
+        Err(e) => return s.unauthorized(&e),
+    };
+    if !accepts_both(&headers) {
+        return status(
+            StatusCode::NOT_ACCEPTABLE,
+            "Accept must list application/json and text/event-stream",
+        );
+    }
+    let content_type = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("");
+    if !content_type
+        .to_ascii_lowercase()
+        .starts_with("application/json")
+    {
+        return status(
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            "Content-Type must be application/json",
+        );
+    }
+    if let Some(v) = headers.get("mcp-protocol-version") {
+        let ok = v.to_str().is_ok_and(|v| SUPPORTED_VERSIONS.contains(&v));
+        if !ok {
+            return status(StatusCode::BAD_REQUEST, "unsupported MCP-Protocol-Version");
+        }
+    }
+    let message = match jsonrpc::parse(&body) {
+        Ok(m) => m,
+        Err(e) => {
+            return rpc_status(
+                StatusCode::BAD_REQUEST,
+                jsonrpc::error(&Value::Null, e.code(), &e.to_string()),
+            );
+        }
+    };
+    let (id, method, params) = match message {
+        Incoming::Notification { .. } | Incoming::Response => {
+            return StatusCode::ACCEPTED.into_response();
+        }
+        Incoming::Request { id, method, params } => (id, method, params),
+    };
+    let result = match method.as_str() {
+        "initialize" => {
+            let requested = params
+                .get("protocolVersion")
+                .and_then(Value::as_str)
+                .unwrap_or(LATEST_VERSION);
+            let version = if SUPPORTED_VERSIONS.contains(&requested) {
+                requested
+            } else {
+                LATEST_VERSION
+            };
+            Ok(json!({
+                "protocolVersion": version,
+                "capabilities": { "tools": { "listChanged": false } },
+                "serverInfo": { "name": "caseops-tools", "title": "CaseOps tools", "version": env!("CARGO_PKG_VERSION") },
+                "instructions": format!("Tools of agent `{}`; every call is authorized against the task token.", B::AGENT),
+            }))
+        }
+        "ping" => Ok(json!({})),
+        "tools/list" => s.list(&claims, &params),
+        "tools/call" => match s.call(&claims, &params).await {
+            Ok(v) => Ok(v),
+            Err(CallFailure::Scope(scope)) => return s.insufficient_scope(&scope),
+            Err(CallFailure::Protocol(code, message)) => Err((code, message)),
+        },
+        other => Err((
+            jsonrpc::METHOD_NOT_FOUND,
+            format!("method `{other}` not found"),
+        )),
+    };
+    let body = match result {
+        Ok(r) => jsonrpc::success(&id, r),
+        Err((code, message)) => jsonrpc::error(&id, code, &message),
+    };
+    axum::Json(body).into_response()
+}

@@ -1,0 +1,235 @@
+//! Audience-bound task tokens: HS256 JWTs the host issues per run and the MCP server
+//! verifies. Tenant, task, scopes and the run-bound resource come only from here.
+
+use std::collections::BTreeMap;
+
+use jsonwebtoken::{Algorithm, DecodingKey, EncodingKey, Header, Validation, decode, encode};
+use serde::{Deserialize, Serialize};
+
+/// Allowed clock skew between issuer and server.
+pub const LEEWAY_SECONDS: u64 = 5;
+pub const MIN_TTL_SECONDS: u64 = 30;
+pub const MAX_TTL_SECONDS: u64 = 600;
+
+/// The claims of a task token. The run-bound resource claim is named after the
+/// bundle's resource id field (`case_id` for CaseOps).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TaskClaims {
+    pub iss: String,
+    pub aud: String,
+    pub sub: String,
+    pub tenant_id: String,
+    pub task_id: String,
+    /// Space-separated scopes.
+    pub scope: String,
+    pub iat: u64,
+    pub nbf: u64,
+    pub exp: u64,
+    pub jti: String,
+    #[serde(flatten)]
+    pub resource: BTreeMap<String, String>,
+}
+
+impl TaskClaims {
+    pub fn scopes(&self) -> Vec<String> {
+        self.scope.split_whitespace().map(str::to_string).collect()
+    }
+
+    pub fn has_scope(&self, scope: &str) -> bool {
+        self.scope.split_whitespace().any(|s| s == scope)
+    }
+
+    pub fn resource_id(&self, field: &str) -> Option<&str> {
+        self.resource.get(field).map(String::as_str)
+    }
+}
+
+/// Why a token was refused. Messages never include the token itself.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum TokenError {
+    #[error("no bearer token")]
+    Missing,
+    #[error("token is malformed")]
+    Malformed,
+    #[error("token signature is invalid")]
+    Signature,
+    #[error("token algorithm is not HS256")]
+    Algorithm,
+    #[error("token is expired")]
+    Expired,
+    #[error("token is not valid yet")]
+    NotYetValid,
+    #[error("token was issued in the future")]
+    IssuedInFuture,
+    #[error("token audience is not this server")]
+    Audience,
+    #[error("token issuer is not trusted")]
+    Issuer,
+    #[error("token lacks claim `{0}`")]
+    MissingClaim(String),
+    #[error("token lifetime of {0} s is outside 30..=600 s")]
+    Lifetime(u64),
+    #[error("the signing key is unusable")]
+    Key,
+}
+
+fn now() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0)
+}
+
+/// Signs task tokens (the host side).
+#[derive(Clone)]
+pub struct TokenIssuer {
+    key: EncodingKey,
+    issuer: String,
+    audience: String,
+    resource_field: String,
+    ttl: u64,
+}
+
+impl TokenIssuer {
+    pub fn new(
+        secret: &[u8],
+        issuer: impl Into<String>,
+        audience: impl Into<String>,
+        resource_field: impl Into<String>,
+        ttl_seconds: u64,
+    ) -> Result<Self, TokenError> {
+        if !(MIN_TTL_SECONDS..=MAX_TTL_SECONDS).contains(&ttl_seconds) {
+            return Err(TokenError::Lifetime(ttl_seconds));
+        }
+        Ok(Self {
+            key: EncodingKey::from_secret(secret).map_err(|_| TokenError::Key)?,
+            issuer: issuer.into(),
+            audience: audience.into(),
+            resource_field: resource_field.into(),
+            ttl: ttl_seconds,
+        })
+    }
+
+    /// The claims of a fresh token for one task.
+    pub fn claims(
+        &self,
+        subject: &str,
+        tenant_id: &str,
+        task_id: &str,
+        resource_id: &str,
+        scopes: &[String],
+    ) -> TaskClaims {
+        let iat = now();
+        TaskClaims {
+            iss: self.issuer.clone(),
+            aud: self.audience.clone(),
+            sub: subject.to_string(),
+            tenant_id: tenant_id.to_string(),
+            task_id: task_id.to_string(),
+            scope: scopes.join(" "),
+            iat,
+            nbf: iat,
+            exp: iat + self.ttl,
+            jti: uuid::Uuid::new_v4().to_string(),
+            resource: BTreeMap::from([(self.resource_field.clone(), resource_id.to_string())]),
+        }
+    }
+
+    pub fn sign(&self, claims: &TaskClaims) -> Result<String, TokenError> {
+        encode(&Header::new(Algorithm::HS256), claims, &self.key).map_err(|_| TokenError::Key)
+    }
+
+    pub fn issue(
+        &self,
+        subject: &str,
+        tenant_id: &str,
+        task_id: &str,
+        resource_id: &str,
+        scopes: &[String],
+    ) -> Result<String, TokenError> {
+        self.sign(&self.claims(subject, tenant_id, task_id, resource_id, scopes))
+    }
+}
+
+/// Verifies task tokens (the MCP server side).
+#[derive(Clone)]
+pub struct TokenVerifier {
+    key: DecodingKey,
+    validation: Validation,
+    resource_field: String,
+}
+
+impl TokenVerifier {
+    /// Accepts only HS256 tokens from `issuer` whose audience is exactly `audience`
+    /// (this server's resource URL).
+    pub fn new(
+        secret: &[u8],
+        issuer: &str,
+        audience: &str,
+        resource_field: &str,
+    ) -> Result<Self, TokenError> {
+        let mut validation = Validation::new(Algorithm::HS256);
+        validation.algorithms = vec![Algorithm::HS256];
+        validation.leeway = LEEWAY_SECONDS;
+        validation.validate_nbf = true;
+        validation.set_issuer(&[issuer]);
+        validation.set_audience(&[audience]);
+        validation.set_required_spec_claims(&["exp", "nbf", "iat", "iss", "aud", "sub"]);
+        Ok(Self {
+            key: DecodingKey::from_secret(secret).map_err(|_| TokenError::Key)?,
+            validation,
+            resource_field: resource_field.to_string(),
+        })
+    }
+
+    pub fn verify(&self, token: &str) -> Result<TaskClaims, TokenError> {
+        use jsonwebtoken::errors::ErrorKind as K;
+        let data = decode::<TaskClaims>(token, &self.key, &self.validation).map_err(|e| match e
+            .kind()
+        {
+            K::InvalidSignature => TokenError::Signature,
+            K::InvalidAlgorithm | K::MissingAlgorithm | K::InvalidAlgorithmName => {
+                TokenError::Algorithm
+            }
+            K::ExpiredSignature => TokenError::Expired,
+            K::ImmatureSignature => TokenError::NotYetValid,
+            K::InvalidAudience => TokenError::Audience,
+            K::InvalidIssuer => TokenError::Issuer,
+            K::MissingRequiredClaim(c) => TokenError::MissingClaim(c.clone()),
+            // A missing non-standard claim fails deserialization of the claims struct.
+            K::Json(e) => match missing_field(&e.to_string()) {
+                Some(c) => TokenError::MissingClaim(c),
+                None => TokenError::Malformed,
+            },
+            _ => TokenError::Malformed,
+        })?;
+        let c = data.claims;
+        if c.iat > now() + LEEWAY_SECONDS {
+            return Err(TokenError::IssuedInFuture);
+        }
+        let ttl = c.exp.saturating_sub(c.iat);
+        if !(MIN_TTL_SECONDS..=MAX_TTL_SECONDS).contains(&ttl) {
+            return Err(TokenError::Lifetime(ttl));
+        }
+        for (name, value) in [
+            ("tenant_id", &c.tenant_id),
+            ("task_id", &c.task_id),
+            ("jti", &c.jti),
+        ] {
+            if value.is_empty() {
+                return Err(TokenError::MissingClaim(name.into()));
+            }
+        }
+        if c.resource_id(&self.resource_field)
+            .is_none_or(str::is_empty)
+        {
+            return Err(TokenError::MissingClaim(self.resource_field.clone()));
+        }
+        Ok(c)
+    }
+}
+
+fn missing_field(message: &str) -> Option<String> {
+    let rest = message.split("missing field `").nth(1)?;
+    Some(rest.split('`').next()?.to_string())
+}

@@ -1,0 +1,598 @@
+//! The MCP server over real HTTP on a loopback port: protocol, HTTP rules, tokens and
+//! tenant boundaries.
+
+mod mcp_support;
+
+use mcp_support::*;
+use serde_json::{Value, json};
+
+fn init(version: &str) -> Value {
+    json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": version, "capabilities": {}, "clientInfo": {"name": "test", "version": "0"}}})
+}
+
+#[tokio::test]
+async fn initialize_negotiates_the_protocol_version() {
+    let s = start().await;
+    let t = s.demo_token();
+    for (asked, got) in [
+        ("2025-11-25", "2025-11-25"),
+        ("2025-06-18", "2025-06-18"),
+        ("2025-03-26", "2025-03-26"),
+        ("1999-01-01", "2025-11-25"),
+    ] {
+        let r: Value = s.post(Some(&t), init(asked)).await.json().await.unwrap();
+        assert_eq!(r["result"]["protocolVersion"], got, "{asked}");
+        assert_eq!(r["result"]["capabilities"]["tools"]["listChanged"], false);
+    }
+}
+
+#[tokio::test]
+async fn notifications_and_responses_get_202_with_no_body() {
+    let s = start().await;
+    let t = s.demo_token();
+    for body in [
+        json!({"jsonrpc": "2.0", "method": "notifications/initialized"}),
+        json!({"jsonrpc": "2.0", "id": 3, "result": {}}),
+    ] {
+        let r = s.post(Some(&t), body).await;
+        assert_eq!(r.status(), 202);
+        assert!(r.bytes().await.unwrap().is_empty());
+    }
+    assert!(
+        s.post(
+            Some(&t),
+            json!({"jsonrpc": "2.0", "id": 2, "method": "ping"})
+        )
+        .await
+        .headers()
+        .get("mcp-session-id")
+        .is_none(),
+        "stateless"
+    );
+}
+
+#[tokio::test]
+async fn ping_answers_an_empty_result() {
+    let s = start().await;
+    let r: Value = s
+        .post(
+            Some(&s.demo_token()),
+            json!({"jsonrpc": "2.0", "id": "p", "method": "ping"}),
+        )
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(r, json!({"jsonrpc": "2.0", "id": "p", "result": {}}));
+}
+
+#[tokio::test]
+async fn tools_list_shows_four_tools_with_output_schemas() {
+    let s = start().await;
+    let r: Value = s
+        .post(
+            Some(&s.demo_token()),
+            json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list"}),
+        )
+        .await
+        .json()
+        .await
+        .unwrap();
+    let tools = r["result"]["tools"].as_array().unwrap();
+    assert_eq!(tools.len(), 4);
+    assert!(tools.iter().all(|t| t["outputSchema"]["type"] == "object"));
+    assert!(r["result"].get("nextCursor").is_none());
+}
+
+#[tokio::test]
+async fn tools_list_shows_only_what_the_token_may_call() {
+    let s = start().await;
+    let t = s.token("tenant-demo", "C-102", &["case:read"]);
+    let r: Value = s
+        .post(
+            Some(&t),
+            json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list"}),
+        )
+        .await
+        .json()
+        .await
+        .unwrap();
+    let names: Vec<&str> = r["result"]["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["caseops_get_case_snapshot"]);
+}
+
+#[tokio::test]
+async fn tools_list_paginates_with_an_opaque_cursor() {
+    let s = start_with(|c| c.page_size = 3).await;
+    let t = s.demo_token();
+    let first: Value = s
+        .post(
+            Some(&t),
+            json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list"}),
+        )
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(first["result"]["tools"].as_array().unwrap().len(), 3);
+    let cursor = first["result"]["nextCursor"].as_str().unwrap();
+    let second: Value = s.post(Some(&t), json!({"jsonrpc": "2.0", "id": 2, "method": "tools/list", "params": {"cursor": cursor}})).await.json().await.unwrap();
+    assert_eq!(second["result"]["tools"].as_array().unwrap().len(), 1);
+    assert!(second["result"].get("nextCursor").is_none());
+    let bad: Value = s.post(Some(&t), json!({"jsonrpc": "2.0", "id": 3, "method": "tools/list", "params": {"cursor": "nope"}})).await.json().await.unwrap();
+    assert_eq!(bad["error"]["code"], -32602);
+}
+
+#[tokio::test]
+async fn a_tool_call_returns_structured_content_and_the_same_json_as_text() {
+    let s = start().await;
+    let r = s
+        .call(
+            &s.demo_token(),
+            "caseops_get_case_snapshot",
+            json!({"case_id": "C-102"}),
+        )
+        .await;
+    let result = &r["result"];
+    assert_eq!(result["isError"], false);
+    assert_eq!(result["structuredContent"]["case_version"], 7);
+    assert_eq!(
+        result["structuredContent"]["evidence_ref"],
+        "case://C-102@7"
+    );
+    let text: Value = serde_json::from_str(result["content"][0]["text"].as_str().unwrap()).unwrap();
+    assert_eq!(text, result["structuredContent"]);
+    assert_eq!(result["_meta"]["caseops/task_id"], "task-1");
+    assert!(
+        !r.to_string().contains("tenant_id") && !r.to_string().contains("tenant-demo"),
+        "{r}"
+    );
+}
+
+#[tokio::test]
+async fn every_tool_answers_for_c102() {
+    let s = start().await;
+    let t = s.demo_token();
+    for (tool, args) in [
+        (
+            "caseops_get_policy_requirements",
+            json!({"case_id": "C-102"}),
+        ),
+        (
+            "caseops_list_unclassified_documents",
+            json!({"case_id": "C-102"}),
+        ),
+        (
+            "caseops_resolve_document_alias",
+            json!({"case_id": "C-102", "document_id": "DOC-C102-003"}),
+        ),
+    ] {
+        let r = s.call(&t, tool, args).await;
+        assert_eq!(r["result"]["isError"], false, "{tool}: {r}");
+    }
+    let r = s
+        .call(
+            &t,
+            "caseops_resolve_document_alias",
+            json!({"case_id": "C-102", "document_id": "DOC-C102-003"}),
+        )
+        .await;
+    assert_eq!(
+        r["result"]["structuredContent"]["canonical_code"],
+        "ACCIDENT_CERTIFICATE"
+    );
+}
+
+#[tokio::test]
+async fn no_bearer_token_is_401_with_resource_metadata() {
+    let s = start().await;
+    let r = s
+        .post(None, json!({"jsonrpc": "2.0", "id": 1, "method": "ping"}))
+        .await;
+    assert_eq!(r.status(), 401);
+    let challenge = r.headers()["www-authenticate"]
+        .to_str()
+        .unwrap()
+        .to_string();
+    assert!(
+        challenge.starts_with("Bearer resource_metadata=\""),
+        "{challenge}"
+    );
+    assert!(
+        challenge.contains("/.well-known/oauth-protected-resource/mcp\""),
+        "{challenge}"
+    );
+}
+
+async fn refused(s: &TestServer, token: &str) -> String {
+    let r = s
+        .post(
+            Some(token),
+            json!({"jsonrpc": "2.0", "id": 1, "method": "ping"}),
+        )
+        .await;
+    assert_eq!(r.status(), 401);
+    r.headers()["www-authenticate"]
+        .to_str()
+        .unwrap()
+        .to_string()
+}
+
+#[tokio::test]
+async fn a_tampered_signature_is_refused() {
+    let s = start().await;
+    let t = s.demo_token();
+    let (head, sig) = t.rsplit_once('.').unwrap();
+    let flipped: String = sig.chars().rev().collect();
+    assert!(
+        refused(&s, &format!("{head}.{flipped}"))
+            .await
+            .contains("signature")
+    );
+    assert!(
+        refused(
+            &s,
+            &s.sign_raw(
+                &serde_json::to_value(s.claims("tenant-demo", "C-102", ALL_SCOPES)).unwrap(),
+                b"another-key"
+            )
+        )
+        .await
+        .contains("signature")
+    );
+}
+
+#[tokio::test]
+async fn a_token_for_another_audience_is_refused() {
+    let s = start().await;
+    let mut c = s.claims("tenant-demo", "C-102", ALL_SCOPES);
+    c.aud = "http://127.0.0.1:1/mcp".into();
+    assert!(
+        refused(&s, &s.issuer.sign(&c).unwrap())
+            .await
+            .contains("audience")
+    );
+}
+
+#[tokio::test]
+async fn expired_and_not_yet_valid_tokens_are_refused() {
+    let s = start().await;
+    let mut c = s.claims("tenant-demo", "C-102", ALL_SCOPES);
+    c.iat = now() - 400;
+    c.nbf = c.iat;
+    c.exp = now() - 100;
+    assert!(
+        refused(&s, &s.issuer.sign(&c).unwrap())
+            .await
+            .contains("expired")
+    );
+    let mut c = s.claims("tenant-demo", "C-102", ALL_SCOPES);
+    c.nbf = now() + 120;
+    c.exp = now() + 300;
+    assert!(
+        refused(&s, &s.issuer.sign(&c).unwrap())
+            .await
+            .contains("not valid yet")
+    );
+}
+
+#[tokio::test]
+async fn alg_none_is_refused() {
+    let s = start().await;
+    let claims = serde_json::to_string(&s.claims("tenant-demo", "C-102", ALL_SCOPES)).unwrap();
+    use std::fmt::Write;
+    let b64 = |bytes: &[u8]| {
+        // base64url without padding, written out to avoid a dependency for one test
+        const A: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
+        let mut out = String::new();
+        for chunk in bytes.chunks(3) {
+            let n = chunk
+                .iter()
+                .enumerate()
+                .fold(0u32, |acc, (i, b)| acc | (u32::from(*b) << (16 - 8 * i)));
+            for i in 0..=chunk.len() {
+                out.write_char(A[((n >> (18 - 6 * i)) & 63) as usize] as char)
+                    .unwrap();
+            }
+        }
+        out
+    };
+    let token = format!(
+        "{}.{}.",
+        b64(br#"{"alg":"none","typ":"JWT"}"#),
+        b64(claims.as_bytes())
+    );
+    refused(&s, &token).await;
+}
+
+#[tokio::test]
+async fn a_token_missing_a_claim_is_refused() {
+    let s = start().await;
+    let mut v = serde_json::to_value(s.claims("tenant-demo", "C-102", ALL_SCOPES)).unwrap();
+    v.as_object_mut().unwrap().remove("tenant_id");
+    assert!(
+        refused(&s, &s.sign_raw(&v, SECRET))
+            .await
+            .contains("tenant_id")
+    );
+    let mut v = serde_json::to_value(s.claims("tenant-demo", "C-102", ALL_SCOPES)).unwrap();
+    v.as_object_mut().unwrap().remove("case_id");
+    assert!(
+        refused(&s, &s.sign_raw(&v, SECRET))
+            .await
+            .contains("case_id")
+    );
+}
+
+#[tokio::test]
+async fn another_tenants_case_is_indistinguishable_from_an_unknown_case() {
+    let s = start().await;
+    let body = |case: &str| json!({"jsonrpc": "2.0", "id": 9, "method": "tools/call", "params": {"name": "caseops_get_case_snapshot", "arguments": {"case_id": case}}});
+    // tenant-other's task asks for C-102 (tenant-demo's); tenant-demo's task for C-404
+    let foreign = s
+        .post(
+            Some(&s.token("tenant-other", "C-102", ALL_SCOPES)),
+            body("C-102"),
+        )
+        .await
+        .bytes()
+        .await
+        .unwrap();
+    let unknown = s
+        .post(
+            Some(&s.token("tenant-demo", "C-404", ALL_SCOPES)),
+            body("C-404"),
+        )
+        .await
+        .bytes()
+        .await
+        .unwrap();
+    assert_eq!(foreign, unknown);
+    let v: Value = serde_json::from_slice(&foreign).unwrap();
+    assert_eq!(v["result"]["structuredContent"]["code"], "CASE_NOT_FOUND");
+    // and tenant-demo cannot see tenant-other's C-555
+    let r = s
+        .call(
+            &s.token("tenant-demo", "C-555", ALL_SCOPES),
+            "caseops_get_case_snapshot",
+            json!({"case_id": "C-555"}),
+        )
+        .await;
+    assert_eq!(r["result"]["structuredContent"]["code"], "CASE_NOT_FOUND");
+}
+
+#[tokio::test]
+async fn a_case_outside_the_tokens_case_is_denied() {
+    let s = start().await;
+    let r = s
+        .call(
+            &s.demo_token(),
+            "caseops_get_case_snapshot",
+            json!({"case_id": "C-999"}),
+        )
+        .await;
+    assert_eq!(r["result"]["isError"], true);
+    assert_eq!(
+        r["result"]["structuredContent"]["code"],
+        "TOOL_RESOURCE_MISMATCH"
+    );
+}
+
+#[tokio::test]
+async fn invalid_arguments_are_a_tool_error_with_a_code() {
+    let s = start().await;
+    let r = s
+        .call(
+            &s.demo_token(),
+            "caseops_get_case_snapshot",
+            json!({"case_id": "C-102", "tenant_id": "x"}),
+        )
+        .await;
+    assert_eq!(r["result"]["isError"], true);
+    assert_eq!(
+        r["result"]["structuredContent"]["code"],
+        "INVALID_ARGUMENTS"
+    );
+    assert!(
+        !r.to_string().contains("\"x\""),
+        "argument values are not echoed: {r}"
+    );
+}
+
+#[tokio::test]
+async fn a_missing_scope_is_403_insufficient_scope_before_the_tool_runs() {
+    let s = start().await;
+    let t = s.token("tenant-demo", "C-102", &["case:read"]);
+    let r = s.post(Some(&t), json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "caseops_get_policy_requirements", "arguments": {"case_id": "C-102"}}})).await;
+    assert_eq!(r.status(), 403);
+    let challenge = r.headers()["www-authenticate"]
+        .to_str()
+        .unwrap()
+        .to_string();
+    assert!(
+        challenge.contains("error=\"insufficient_scope\"")
+            && challenge.contains("scope=\"policy:read\""),
+        "{challenge}"
+    );
+}
+
+#[tokio::test]
+async fn an_unknown_tool_is_a_protocol_error() {
+    let s = start().await;
+    let r = s
+        .call(&s.demo_token(), "caseops_delete_everything", json!({}))
+        .await;
+    assert_eq!(r["error"]["code"], -32602);
+}
+
+#[tokio::test]
+async fn an_unknown_method_is_method_not_found() {
+    let s = start().await;
+    let r: Value = s
+        .post(
+            Some(&s.demo_token()),
+            json!({"jsonrpc": "2.0", "id": 1, "method": "resources/list"}),
+        )
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(r["error"]["code"], -32601);
+}
+
+#[tokio::test]
+async fn a_batch_is_400() {
+    let s = start().await;
+    let r = s
+        .post(
+            Some(&s.demo_token()),
+            json!([{"jsonrpc": "2.0", "id": 1, "method": "ping"}]),
+        )
+        .await;
+    assert_eq!(r.status(), 400);
+}
+
+#[tokio::test]
+async fn malformed_json_is_400_with_a_parse_error() {
+    let s = start().await;
+    let r = s
+        .post_with(Some(&s.demo_token()), "{not json".into(), &[])
+        .await;
+    assert_eq!(r.status(), 400);
+    let v: Value = r.json().await.unwrap();
+    assert_eq!(v["error"]["code"], -32700);
+}
+
+#[tokio::test]
+async fn an_accept_header_without_event_stream_is_406() {
+    let s = start().await;
+    let r = reqwest::Client::new()
+        .post(&s.url)
+        .bearer_auth(s.demo_token())
+        .header("accept", "application/json")
+        .header("content-type", "application/json")
+        .body(json!({"jsonrpc": "2.0", "id": 1, "method": "ping"}).to_string())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 406);
+}
+
+#[tokio::test]
+async fn get_and_delete_are_405() {
+    let s = start().await;
+    let c = reqwest::Client::new();
+    for r in [
+        c.get(&s.url).send().await.unwrap(),
+        c.delete(&s.url).send().await.unwrap(),
+    ] {
+        assert_eq!(r.status(), 405);
+        assert_eq!(r.headers()["allow"], "POST");
+    }
+}
+
+#[tokio::test]
+async fn an_unsupported_protocol_version_header_is_400() {
+    let s = start().await;
+    let ping = json!({"jsonrpc": "2.0", "id": 1, "method": "ping"}).to_string();
+    let r = s
+        .post_with(
+            Some(&s.demo_token()),
+            ping.clone(),
+            &[("mcp-protocol-version", "2024-01-01")],
+        )
+        .await;
+    assert_eq!(r.status(), 400);
+    let r = s
+        .post_with(
+            Some(&s.demo_token()),
+            ping,
+            &[("mcp-protocol-version", "2025-06-18")],
+        )
+        .await;
+    assert_eq!(r.status(), 200);
+}
+
+#[tokio::test]
+async fn a_disallowed_origin_is_403_and_an_allowed_one_passes() {
+    let s = start().await;
+    let ping = json!({"jsonrpc": "2.0", "id": 1, "method": "ping"}).to_string();
+    let r = s
+        .post_with(
+            Some(&s.demo_token()),
+            ping.clone(),
+            &[("origin", "http://evil.example")],
+        )
+        .await;
+    assert_eq!(r.status(), 403);
+    let own = format!("http://{}", s.addr);
+    let r = s
+        .post_with(Some(&s.demo_token()), ping, &[("origin", own.as_str())])
+        .await;
+    assert_eq!(r.status(), 200);
+}
+
+#[tokio::test]
+async fn a_disallowed_host_is_403() {
+    let s = start().await;
+    let r = s
+        .post_with(
+            Some(&s.demo_token()),
+            json!({"jsonrpc": "2.0", "id": 1, "method": "ping"}).to_string(),
+            &[("host", "attacker.example:80")],
+        )
+        .await;
+    assert_eq!(r.status(), 403);
+}
+
+#[tokio::test]
+async fn a_body_over_the_limit_is_413() {
+    let s = start_with(|c| c.max_body_bytes = 1024).await;
+    let big =
+        json!({"jsonrpc": "2.0", "id": 1, "method": "ping", "params": {"pad": "x".repeat(4096)}})
+            .to_string();
+    let r = s.post_with(Some(&s.demo_token()), big, &[]).await;
+    assert_eq!(r.status(), 413);
+}
+
+#[tokio::test]
+async fn protected_resource_metadata_is_served_at_both_paths() {
+    let s = start().await;
+    for path in [
+        "/.well-known/oauth-protected-resource/mcp",
+        "/.well-known/oauth-protected-resource",
+    ] {
+        let v: Value = reqwest::get(format!("http://{}{path}", s.addr))
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        assert_eq!(v["resource"], s.url);
+        assert_eq!(v["authorization_servers"][0], ISSUER);
+        assert!(
+            v["scopes_supported"]
+                .as_array()
+                .unwrap()
+                .contains(&json!("case:read"))
+        );
+    }
+}
+
+#[tokio::test]
+async fn health_live_answers() {
+    let s = start().await;
+    assert_eq!(
+        reqwest::get(format!("http://{}/health/live", s.addr))
+            .await
+            .unwrap()
+            .status(),
+        200
+    );
+}

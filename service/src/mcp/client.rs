@@ -333,3 +333,20 @@ impl<B: ContractBundle> Executor for McpClient<B> {
             .ok_or_else(|| ExecError::Protocol("a tool result without structuredContent".into()))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_sse_body_yields_its_json_rpc_response() {
+        let body = "event: message\ndata: {\"jsonrpc\":\"2.0\",\"method\":\"notifications/progress\"}\n\nevent: message\ndata: {\"jsonrpc\":\"2.0\",\"id\":1,\n data: \"result\":{}}\n\n";
+        // the second event spans two data lines; the notification before it is skipped
+        let body = body.replace("\n data:", "\ndata:");
+        assert_eq!(
+            sse_message(&body),
+            Some(json!({"jsonrpc": "2.0", "id": 1, "result": {}}))
+        );
+        assert_eq!(sse_message("data: not json\n\n"), None);
+    }
+}

@@ -233,3 +233,56 @@ fn missing_field(message: &str) -> Option<String> {
     let rest = message.split("missing field `").nth(1)?;
     Some(rest.split('`').next()?.to_string())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const KEY: &[u8] = b"unit-test-key";
+
+    #[test]
+    fn an_issued_token_verifies_with_every_claim() {
+        let issuer = TokenIssuer::new(KEY, "iss", "http://x/mcp", "case_id", 120).unwrap();
+        let token = issuer
+            .issue("user", "t1", "task", "C-1", &["a:b".into(), "c:d".into()])
+            .unwrap();
+        let verifier = TokenVerifier::new(KEY, "iss", "http://x/mcp", "case_id").unwrap();
+        let claims = verifier.verify(&token).unwrap();
+        assert_eq!(
+            (claims.tenant_id.as_str(), claims.resource_id("case_id")),
+            ("t1", Some("C-1"))
+        );
+        assert!(claims.has_scope("c:d") && !claims.has_scope("c"));
+        assert_eq!(claims.exp - claims.iat, 120);
+    }
+
+    #[test]
+    fn lifetimes_outside_30_to_600_seconds_are_refused() {
+        assert_eq!(
+            TokenIssuer::new(KEY, "i", "a", "case_id", 10).err(),
+            Some(TokenError::Lifetime(10))
+        );
+        let issuer = TokenIssuer::new(KEY, "i", "a", "case_id", 300).unwrap();
+        let mut c = issuer.claims("u", "t", "k", "C", &[]);
+        c.exp = c.iat + 3600;
+        let verifier = TokenVerifier::new(KEY, "i", "a", "case_id").unwrap();
+        assert_eq!(
+            verifier.verify(&issuer.sign(&c).unwrap()),
+            Err(TokenError::Lifetime(3600))
+        );
+    }
+
+    #[test]
+    fn a_token_issued_in_the_future_is_refused() {
+        let issuer = TokenIssuer::new(KEY, "i", "a", "case_id", 300).unwrap();
+        let mut c = issuer.claims("u", "t", "k", "C", &[]);
+        c.iat += 120;
+        c.nbf = c.iat - 200;
+        c.exp = c.iat + 100;
+        let verifier = TokenVerifier::new(KEY, "i", "a", "case_id").unwrap();
+        assert_eq!(
+            verifier.verify(&issuer.sign(&c).unwrap()),
+            Err(TokenError::IssuedInFuture)
+        );
+    }
+}

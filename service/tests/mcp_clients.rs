@@ -1,0 +1,298 @@
+//! Clients of our MCP server: the runtime's own executor, the official Rust SDK
+//! (`rmcp`) and the official Python SDK (`mcp`).
+
+mod mcp_support;
+
+use std::collections::VecDeque;
+use std::sync::Mutex;
+
+use caseops_generated::Bundle;
+use caseops_runtime::context::PlannerView;
+use caseops_runtime::store::MemoryStore;
+use caseops_runtime::{
+    CallContext, CallStatus, ContractBundle, Engine, ExecError, Executor, Planner, PlannerError,
+    Risk, RunSpec, ToolCall,
+};
+use caseops_service::mcp::client::{McpClient, ReadinessError, compare_listings};
+use mcp_support::*;
+use serde_json::{Value, json};
+
+struct Script(Mutex<VecDeque<Value>>);
+
+impl Planner for Script {
+    fn kind(&self) -> &'static str {
+        "script"
+    }
+    async fn propose(&self, _: &PlannerView) -> Result<Value, PlannerError> {
+        self.0
+            .lock()
+            .unwrap()
+            .pop_front()
+            .ok_or_else(|| PlannerError("done".into()))
+    }
+}
+
+fn spec() -> RunSpec {
+    RunSpec {
+        run_id: "mcp-run-1".into(),
+        tenant_id: "tenant-demo".into(),
+        task_id: "task-mcp-1".into(),
+        subject: "user:alice".into(),
+        resource_id: "C-102".into(),
+        scopes: ALL_SCOPES.iter().map(|s| s.to_string()).collect(),
+        catalog: Bundle::CATALOG.iter().map(|s| s.to_string()).collect(),
+        allowed_risks: vec![Risk::ReadOnly],
+        stage: "investigating".into(),
+        goal: "check C-102".into(),
+        correlation_id: "req".into(),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_runtime_runs_c102_through_the_mcp_server() {
+    let s = start().await;
+    let client = McpClient::<Bundle>::new(s.url.clone(), s.issuer.clone());
+    client
+        .check_listing()
+        .await
+        .expect("listing matches the compiled one");
+    let call = |t: &str, a: Value| json!({"decision": "tool_call", "tool": t, "arguments": a});
+    let planner = Script(Mutex::new(VecDeque::from([
+        call("caseops_get_case_snapshot", json!({"case_id": "C-102"})),
+        call(
+            "caseops_get_policy_requirements",
+            json!({"case_id": "C-102"}),
+        ),
+        call(
+            "caseops_list_unclassified_documents",
+            json!({"case_id": "C-102"}),
+        ),
+        call(
+            "caseops_resolve_document_alias",
+            json!({"case_id": "C-102", "document_id": "DOC-C102-003"}),
+        ),
+        json!({"decision": "final", "answer": {"outcome": "DOCUMENTS_COMPLETE_AFTER_NORMALIZATION", "summary": "ok",
+            "received_document_codes": ["IDENTITY_DOCUMENT", "LOSS_STATEMENT"], "resolved_document_codes": ["ACCIDENT_CERTIFICATE"],
+            "missing_document_codes": [], "evidence_refs": ["case://C-102@7"]}}),
+    ])));
+    let store = MemoryStore::new();
+    let out = Engine::<Bundle>::new()
+        .unwrap()
+        .start(spec(), &planner, &client, &store)
+        .await
+        .unwrap();
+    assert_eq!(out.status, "completed", "{out:?}");
+    let run = store.get("mcp-run-1").unwrap();
+    assert!(
+        run.ledger
+            .iter()
+            .all(|r| r.status == CallStatus::Succeeded && r.attempt_count == 1)
+    );
+    assert_eq!(
+        run.ledger[0].result.as_ref().unwrap()["evidence_ref"],
+        "case://C-102@7"
+    );
+}
+
+fn tool_call(tool: &str, args: Value, ctx: CallContext) -> ToolCall {
+    ToolCall {
+        tool_call_id: "tc-1".into(),
+        tool: Bundle::tool(tool).unwrap(),
+        arguments: args,
+        context: ctx,
+        attempt: 1,
+        timeout: std::time::Duration::from_secs(5),
+    }
+}
+
+fn ctx(tenant: &str, case: &str, scopes: &[&str]) -> CallContext {
+    CallContext {
+        tenant_id: tenant.into(),
+        task_id: format!("task-{tenant}-{case}-{}", scopes.len()),
+        subject: "user:alice".into(),
+        resource_id: case.into(),
+        scopes: scopes.iter().map(|s| s.to_string()).collect(),
+        ..Default::default()
+    }
+}
+
+#[tokio::test]
+async fn the_client_classifies_errors_by_class() {
+    let s = start().await;
+    let client = McpClient::<Bundle>::new(s.url.clone(), s.issuer.clone());
+    let e = client
+        .execute(&tool_call(
+            "caseops_get_case_snapshot",
+            json!({"case_id": "C-404"}),
+            ctx("tenant-demo", "C-404", ALL_SCOPES),
+        ))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(e, ExecError::Business { ref code, .. } if code == "CASE_NOT_FOUND"),
+        "{e:?}"
+    );
+    let e = client
+        .execute(&tool_call(
+            "caseops_get_case_snapshot",
+            json!({"case_id": "C-999"}),
+            ctx("tenant-demo", "C-102", ALL_SCOPES),
+        ))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(e, ExecError::Authorization { ref code, .. } if code == "TOOL_RESOURCE_MISMATCH"),
+        "{e:?}"
+    );
+    let e = client
+        .execute(&tool_call(
+            "caseops_get_policy_requirements",
+            json!({"case_id": "C-102"}),
+            ctx("tenant-demo", "C-102", &["case:read"]),
+        ))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(e, ExecError::Authorization { ref code, .. } if code == "INSUFFICIENT_SCOPE"),
+        "{e:?}"
+    );
+    let e = client
+        .execute(&tool_call(
+            "caseops_get_case_snapshot",
+            json!({"case_id": "C-102", "x": 1}),
+            ctx("tenant-demo", "C-102", ALL_SCOPES),
+        ))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(e, ExecError::Contract { ref code, .. } if code == "INVALID_ARGUMENTS"),
+        "{e:?}"
+    );
+}
+
+#[tokio::test]
+async fn an_unreachable_server_is_a_transient_error() {
+    let s = start().await;
+    let client = McpClient::<Bundle>::new("http://127.0.0.1:9/mcp", s.issuer.clone());
+    let e = client
+        .execute(&tool_call(
+            "caseops_get_case_snapshot",
+            json!({"case_id": "C-102"}),
+            ctx("tenant-demo", "C-102", ALL_SCOPES),
+        ))
+        .await
+        .unwrap_err();
+    assert!(matches!(e, ExecError::Transient { .. }), "{e:?}");
+    assert!(matches!(
+        client.check_listing().await,
+        Err(ReadinessError::Unreachable(_))
+    ));
+}
+
+#[test]
+fn a_listing_that_differs_from_the_compiled_one_names_the_tool_and_the_difference() {
+    let compiled: Value = serde_json::from_str(Bundle::MCP_TOOLS).unwrap();
+    let compiled = compiled["tools"].as_array().unwrap().clone();
+    assert_eq!(compare_listings(&compiled, &compiled), Ok(()));
+    let mut changed = compiled.clone();
+    changed[1]["inputSchema"]["properties"]["case_id"]["maxLength"] = json!(9);
+    assert_eq!(
+        compare_listings(&compiled, &changed),
+        Err(ReadinessError::Mismatch {
+            tool: "caseops_get_policy_requirements".into(),
+            difference: "`inputSchema` differs".into()
+        })
+    );
+    let missing: Vec<Value> = compiled[..3].to_vec();
+    let err = compare_listings(&compiled, &missing).unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "tool `caseops_resolve_document_alias` differs from the compiled listing: not listed by the server"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_official_rust_sdk_client_lists_and_calls_every_tool() {
+    use rmcp::ServiceExt;
+    use rmcp::model::CallToolRequestParams;
+    use rmcp::transport::StreamableHttpClientTransport;
+    use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
+
+    let s = start().await;
+    let config =
+        StreamableHttpClientTransportConfig::with_uri(s.url.clone()).auth_header(s.demo_token());
+    let transport = StreamableHttpClientTransport::with_client(reqwest::Client::new(), config);
+    let client = ().serve(transport).await.expect("rmcp initializes against our server");
+    let tools = client.list_all_tools().await.unwrap();
+    assert_eq!(tools.len(), 4);
+    assert!(tools.iter().all(|t| t.output_schema.is_some()));
+    for (tool, args) in [
+        ("caseops_get_case_snapshot", json!({"case_id": "C-102"})),
+        (
+            "caseops_get_policy_requirements",
+            json!({"case_id": "C-102"}),
+        ),
+        (
+            "caseops_list_unclassified_documents",
+            json!({"case_id": "C-102"}),
+        ),
+        (
+            "caseops_resolve_document_alias",
+            json!({"case_id": "C-102", "document_id": "DOC-C102-003"}),
+        ),
+    ] {
+        let params =
+            CallToolRequestParams::new(tool).with_arguments(args.as_object().unwrap().clone());
+        let result = client.call_tool(params).await.unwrap();
+        assert_ne!(result.is_error, Some(true), "{tool}");
+        let structured = result.structured_content.expect("structured content");
+        assert!(
+            structured["evidence_ref"].is_string(),
+            "{tool}: {structured}"
+        );
+    }
+    client.cancel().await.ok();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_official_python_sdk_client_lists_and_calls_every_tool() {
+    let probe = std::process::Command::new("python3")
+        .args(["-c", "import mcp"])
+        .output();
+    if !probe.as_ref().is_ok_and(|o| o.status.success()) {
+        // CI installs the SDK (.ci/run); there a missing SDK is a failure, not a skip.
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "python `mcp` package missing in CI"
+        );
+        eprintln!("skipped: python package `mcp` is not installed (pip install mcp)");
+        return;
+    }
+    let s = start().await;
+    let script =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/interop/python_client.py");
+    let token = s.demo_token();
+    let url = s.url.clone();
+    let out = tokio::task::spawn_blocking(move || {
+        std::process::Command::new("python3")
+            .arg(script)
+            .arg(url)
+            .arg(token)
+            .output()
+            .unwrap()
+    })
+    .await
+    .unwrap();
+    assert!(
+        out.status.success(),
+        "python client failed:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(report["protocol_version"], "2025-11-25");
+    assert_eq!(report["tools"].as_array().unwrap().len(), 4);
+    for call in report["calls"].as_array().unwrap() {
+        assert_eq!(call["is_error"], false, "{call}");
+        assert!(call["structured"]["evidence_ref"].is_string(), "{call}");
+    }
+}

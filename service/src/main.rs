@@ -1,0 +1,406 @@
+//! `caseops`: the CaseOps claims-investigation service.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use caseops_service::api::dev_keys;
+use caseops_service::domain::reference_data;
+use caseops_service::host::{self, DEV_SIGNING_KEY, HostConfig, Only};
+use caseops_service::store::audit;
+use caseops_service::store::reference::seed;
+use caseops_service::store::runs::SqlRunStore;
+use caseops_service::store::{Db, redact};
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use serde_json::{Value, json};
+
+/// Governed AI-agent tool calling for claims investigation: an API that starts agent
+/// runs on cases, tools served over MCP behind task tokens, runs durable in SQLite
+/// (default) or PostgreSQL.
+#[derive(Parser)]
+#[command(name = "caseops", version, about, long_about)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Args, Clone)]
+struct DbArgs {
+    /// Database URL: `sqlite:///path/file.db` or `postgres://user@host/db`.
+    #[arg(long = "database", env = "CASEOPS_DATABASE_URL")]
+    database: Option<String>,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run the C-102 investigation end to end on a fresh embedded database and print
+    /// the tool ledger, the checkpoints and the result; then replay it.
+    Demo {
+        #[command(flatten)]
+        db: DbArgs,
+    },
+    /// Serve the API and the MCP tool server.
+    Serve {
+        #[command(flatten)]
+        db: DbArgs,
+        /// API address.
+        #[arg(long, env = "CASEOPS_LISTEN", default_value = "127.0.0.1:8080")]
+        listen: SocketAddr,
+        /// MCP tool server address.
+        #[arg(long, env = "CASEOPS_MCP_LISTEN", default_value = "127.0.0.1:8081")]
+        mcp_listen: SocketAddr,
+        /// Serve only one half (for separate processes).
+        #[arg(long, value_enum)]
+        only: Option<OnlyArg>,
+        /// The MCP server's URL when serving `--only api`.
+        #[arg(long, env = "CASEOPS_MCP_URL")]
+        mcp_url: Option<String>,
+        /// HS256 key for task tokens (at least 32 bytes in production).
+        #[arg(long, env = "CASEOPS_SIGNING_KEY", hide_env_values = true)]
+        signing_key: Option<String>,
+        /// Refuse SQLite, the development API keys and the development signing key.
+        #[arg(long, env = "CASEOPS_PRODUCTION")]
+        production: bool,
+    },
+    /// Create or upgrade the database schema.
+    Migrate {
+        #[command(flatten)]
+        db: DbArgs,
+    },
+    /// Load the reference data (tenants, policy, case C-102, documents, alias rules).
+    Seed {
+        #[command(flatten)]
+        db: DbArgs,
+    },
+    /// Inspect runs.
+    Runs {
+        #[command(subcommand)]
+        command: RunsCommand,
+    },
+    /// Audit trail tools.
+    Audit {
+        #[command(subcommand)]
+        command: AuditCommand,
+    },
+}
+
+#[derive(Subcommand)]
+enum RunsCommand {
+    /// Print a run with its ledger and checkpoints as JSON.
+    Show {
+        run_id: String,
+        /// The tenant the run belongs to.
+        #[arg(long, env = "CASEOPS_TENANT", default_value = "tenant-demo")]
+        tenant: String,
+        #[command(flatten)]
+        db: DbArgs,
+    },
+}
+
+#[derive(Subcommand)]
+enum AuditCommand {
+    /// Recompute every tenant's audit hash chain; exit 1 if any event was edited,
+    /// inserted or deleted.
+    Verify {
+        #[command(flatten)]
+        db: DbArgs,
+    },
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum OnlyArg {
+    Api,
+    Mcp,
+}
+
+fn default_db() -> String {
+    "sqlite://caseops.db".to_string()
+}
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Demo { db } => demo(db.database).await,
+        Command::Serve {
+            db,
+            listen,
+            mcp_listen,
+            only,
+            mcp_url,
+            signing_key,
+            production,
+        } => {
+            serve(
+                db.database.unwrap_or_else(default_db),
+                listen,
+                mcp_listen,
+                only,
+                mcp_url,
+                signing_key,
+                production,
+            )
+            .await
+        }
+        Command::Migrate { db } => open(db).await.map(|_| println!("database is up to date")),
+        Command::Seed { db } => match open(db).await {
+            Ok(db) => seed(&db, &reference_data())
+                .await
+                .map(|_| println!("reference data loaded"))
+                .map_err(|e| e.to_string()),
+            Err(e) => Err(e),
+        },
+        Command::Runs {
+            command: RunsCommand::Show { run_id, tenant, db },
+        } => show(db, &tenant, &run_id).await,
+        Command::Audit {
+            command: AuditCommand::Verify { db },
+        } => verify(db).await,
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(message) => {
+            eprintln!("error: {message}");
+            ExitCode::from(1)
+        }
+    }
+}
+
+async fn open(db: DbArgs) -> Result<Db, String> {
+    let url = db.database.unwrap_or_else(default_db);
+    Db::connect(&url, 4).await.map_err(|e| e.to_string())
+}
+
+async fn serve(
+    database: String,
+    listen: SocketAddr,
+    mcp_listen: SocketAddr,
+    only: Option<OnlyArg>,
+    mcp_url: Option<String>,
+    signing_key: Option<String>,
+    production: bool,
+) -> Result<(), String> {
+    let signing_key = signing_key.unwrap_or_else(|| DEV_SIGNING_KEY.to_string());
+    if production {
+        if database.starts_with("sqlite:") {
+            return Err(
+                "production mode refuses SQLite: set CASEOPS_DATABASE_URL to a PostgreSQL URL"
+                    .into(),
+            );
+        }
+        if signing_key == DEV_SIGNING_KEY || signing_key.len() < 32 {
+            return Err("production mode refuses the development signing key: set CASEOPS_SIGNING_KEY (32+ bytes)".into());
+        }
+        return Err("production mode refuses the development API keys, and no other key source is configured yet".into());
+    }
+    let config = HostConfig {
+        database_url: database.clone(),
+        api_listen: listen,
+        mcp_listen,
+        signing_key,
+        keys: dev_keys(),
+        mcp_url,
+        only: only.map(|o| match o {
+            OnlyArg::Api => Only::Api,
+            OnlyArg::Mcp => Only::Mcp,
+        }),
+    };
+    let running = host::start(config).await.map_err(|e| e.to_string())?;
+    seed(&running.db, &reference_data())
+        .await
+        .map_err(|e| e.to_string())?;
+    if let Some(a) = running.api_addr {
+        println!("caseops api on http://{a} (database {})", redact(&database));
+    }
+    if let Some(m) = running.mcp_addr {
+        println!("caseops mcp on http://{m}/mcp");
+    }
+    tokio::signal::ctrl_c().await.map_err(|e| e.to_string())?;
+    Ok(())
+}
+
+async fn show(db: DbArgs, tenant: &str, run_id: &str) -> Result<(), String> {
+    let store = SqlRunStore::new(open(db).await?);
+    let run = store
+        .get(tenant, run_id)
+        .await
+        .map_err(|e| e.to_string())?
+        .ok_or_else(|| format!("no run `{run_id}` for tenant `{tenant}`"))?;
+    let ledger = store
+        .ledger(tenant, run_id)
+        .await
+        .map_err(|e| e.to_string())?;
+    let checkpoints = store
+        .checkpoints(tenant, run_id)
+        .await
+        .map_err(|e| e.to_string())?;
+    let cps: Vec<Value> = checkpoints
+        .iter()
+        .map(|c| json!({"sequence": c.sequence, "from": c.from, "to": c.to, "reason": c.reason}))
+        .collect();
+    println!(
+        "{}",
+        serde_json::to_string_pretty(
+            &json!({ "run": run, "tool_executions": ledger, "checkpoints": cps })
+        )
+        .unwrap_or_default()
+    );
+    Ok(())
+}
+
+async fn verify(db: DbArgs) -> Result<(), String> {
+    let db = open(db).await?;
+    let v = audit::verify(&db).await.map_err(|e| e.to_string())?;
+    for p in &v.problems {
+        println!("BROKEN {p}");
+    }
+    println!(
+        "{} audit events in {} tenant chains; {} problems",
+        v.events,
+        v.tenants,
+        v.problems.len()
+    );
+    if v.problems.is_empty() {
+        Ok(())
+    } else {
+        Err("the audit trail does not verify".into())
+    }
+}
+
+async fn demo(database: Option<String>) -> Result<(), String> {
+    let started = std::time::Instant::now();
+    let temp = std::env::temp_dir().join(format!("caseops-demo-{}", uuid::Uuid::new_v4()));
+    let database = match database {
+        Some(url) => url,
+        None => {
+            std::fs::create_dir_all(&temp)
+                .map_err(|e| format!("cannot create `{}`: {e}", temp.display()))?;
+            format!(
+                "sqlite://{}",
+                PathBuf::from(&temp).join("caseops.db").display()
+            )
+        }
+    };
+    let loopback: SocketAddr = "127.0.0.1:0".parse().expect("literal address");
+    let running = host::start(HostConfig {
+        database_url: database.clone(),
+        api_listen: loopback,
+        mcp_listen: loopback,
+        signing_key: DEV_SIGNING_KEY.to_string(),
+        keys: dev_keys(),
+        mcp_url: None,
+        only: None,
+    })
+    .await
+    .map_err(|e| e.to_string())?;
+    seed(&running.db, &reference_data())
+        .await
+        .map_err(|e| e.to_string())?;
+    let api = format!("http://{}", running.api_addr.expect("api started"));
+    println!("CaseOps demo");
+    println!("  database  {}", redact(&database));
+    println!("  api       {api}");
+    println!("  mcp       {}", running.mcp_url);
+
+    let http = reqwest::Client::new();
+    let ready: Value = http
+        .get(format!("{api}/health/ready"))
+        .send()
+        .await
+        .map_err(|e| e.to_string())?
+        .json()
+        .await
+        .map_err(|e| e.to_string())?;
+    if ready["status"] != "ready" {
+        return Err(format!("the service is not ready: {ready}"));
+    }
+    let key = format!("demo-{}", uuid::Uuid::new_v4());
+    let post = || {
+        http.post(format!("{api}/v1/cases/C-102/agent-runs"))
+            .header("x-api-key", "dev-key-tenant-demo")
+            .header("idempotency-key", &key)
+            .json(&json!({ "goal": "Check whether claim case C-102 holds every document its policy requires." }))
+    };
+    let t = std::time::Instant::now();
+    let response = post().send().await.map_err(|e| e.to_string())?;
+    let status = response.status();
+    let run: Value = response.json().await.map_err(|e| e.to_string())?;
+    let run_ms = t.elapsed().as_secs_f64() * 1000.0;
+    if status != 201 {
+        return Err(format!("POST returned {status}: {run}"));
+    }
+    let run_id = run["run_id"].as_str().unwrap_or_default().to_string();
+    let get = |path: String| {
+        http.get(format!("{api}/v1/agent-runs/{run_id}{path}"))
+            .header("x-api-key", "dev-key-tenant-demo")
+            .send()
+    };
+    let ledger: Value = get("/tool-executions".into())
+        .await
+        .map_err(|e| e.to_string())?
+        .json()
+        .await
+        .map_err(|e| e.to_string())?;
+    let checkpoints: Value = get("/checkpoints".into())
+        .await
+        .map_err(|e| e.to_string())?
+        .json()
+        .await
+        .map_err(|e| e.to_string())?;
+
+    println!();
+    println!(
+        "run {run_id}: {} in {} steps ({run_ms:.1} ms)",
+        run["status"].as_str().unwrap_or("?"),
+        run["step_count"]
+    );
+    println!();
+    println!("  #  tool                                   status     attempts  evidence");
+    for (i, row) in ledger["tool_executions"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .enumerate()
+    {
+        println!(
+            "  {}  {:<38} {:<10} {:>8}  {}",
+            i + 1,
+            row["tool_name"].as_str().unwrap_or(""),
+            row["status"].as_str().unwrap_or(""),
+            row["attempt_count"].to_string(),
+            row["result"]["evidence_ref"].as_str().unwrap_or("")
+        );
+    }
+    let cps = checkpoints["checkpoints"]
+        .as_array()
+        .map(Vec::len)
+        .unwrap_or(0);
+    println!();
+    println!("checkpoints: {cps}");
+    println!("result:");
+    println!(
+        "{}",
+        serde_json::to_string_pretty(&run["result"]).unwrap_or_default()
+    );
+
+    let replay: Value = post()
+        .send()
+        .await
+        .map_err(|e| e.to_string())?
+        .json()
+        .await
+        .map_err(|e| e.to_string())?;
+    println!();
+    println!(
+        "replay with the same Idempotency-Key: run_id {} (same: {}), replayed: {}",
+        replay["run_id"].as_str().unwrap_or(""),
+        replay["run_id"] == run["run_id"],
+        replay["replayed"]
+    );
+    println!("demo finished in {:.2} s", started.elapsed().as_secs_f64());
+    let _ = std::fs::remove_dir_all(&temp);
+    if run["status"] != "completed" || replay["replayed"] != true {
+        return Err("the demo run did not complete as expected".into());
+    }
+    Ok(())
+}

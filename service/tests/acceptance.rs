@@ -1,0 +1,241 @@
+//! The C-102 acceptance run (DESIGN §6) against `caseops serve` started as a real
+//! process on real ports, on SQLite and (when available, always in CI) PostgreSQL.
+
+mod db_support;
+
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, Stdio};
+
+use db_support::fresh_databases;
+use serde_json::{Value, json};
+
+struct Serve {
+    child: Child,
+    api: String,
+}
+
+impl Drop for Serve {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn serve(database: &str) -> Serve {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_caseops"))
+        .args([
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--mcp-listen",
+            "127.0.0.1:0",
+            "--database",
+            database,
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("caseops starts");
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let api = loop {
+        let line = lines.next().expect("caseops prints its addresses").unwrap();
+        if let Some(rest) = line.strip_prefix("caseops api on ") {
+            break rest.split_whitespace().next().unwrap().to_string();
+        }
+    };
+    std::thread::spawn(move || for _ in lines {});
+    Serve { child, api }
+}
+
+async fn post(api: &str, case: &str, key: Option<&str>, idem: &str, body: Value) -> (u16, Value) {
+    let mut req = reqwest::Client::new()
+        .post(format!("{api}/v1/cases/{case}/agent-runs"))
+        .header("idempotency-key", idem)
+        .json(&body);
+    if let Some(k) = key {
+        req = req.header("x-api-key", k);
+    }
+    let r = req.send().await.unwrap();
+    let status = r.status().as_u16();
+    let text = r.text().await.unwrap();
+    (
+        status,
+        serde_json::from_str(&text).unwrap_or(Value::String(text)),
+    )
+}
+
+async fn get(api: &str, path: &str) -> Value {
+    reqwest::Client::new()
+        .get(format!("{api}{path}"))
+        .header("x-api-key", "dev-key-tenant-demo")
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap()
+}
+
+const DEMO: Option<&str> = Some("dev-key-tenant-demo");
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_c102_acceptance_run_meets_every_figure_on_every_backend() {
+    for (backend, url) in fresh_databases("accept").await {
+        let s = serve(&url);
+        let goal = json!({"goal": "Check whether claim case C-102 holds every required document."});
+        let (status, run) = post(&s.api, "C-102", DEMO, "accept-key-0001", goal.clone()).await;
+        assert_eq!(status, 201, "{backend}: {run}");
+        assert_eq!(run["status"], "completed", "{backend}");
+        assert_eq!(run["step_count"], 4);
+        let r = &run["result"];
+        assert_eq!(r["outcome"], "DOCUMENTS_COMPLETE_AFTER_NORMALIZATION");
+        assert_eq!(
+            r["received_document_codes"],
+            json!(["IDENTITY_DOCUMENT", "LOSS_STATEMENT"])
+        );
+        assert_eq!(
+            r["resolved_document_codes"],
+            json!(["ACCIDENT_CERTIFICATE"])
+        );
+        assert_eq!(r["missing_document_codes"], json!([]));
+        assert_eq!(
+            r["evidence_refs"],
+            json!([
+                "case://C-102@7",
+                "evidence://C-102/DOC-C102-003@1",
+                "policy://motor-claim-standard@2026.1"
+            ])
+        );
+        let run_id = run["run_id"].as_str().unwrap().to_string();
+
+        let ledger = get(&s.api, &format!("/v1/agent-runs/{run_id}/tool-executions")).await;
+        let rows = ledger["tool_executions"].as_array().unwrap();
+        let names: Vec<&str> = rows
+            .iter()
+            .map(|r| r["tool_name"].as_str().unwrap())
+            .collect();
+        assert_eq!(
+            names,
+            [
+                "caseops_get_case_snapshot",
+                "caseops_get_policy_requirements",
+                "caseops_list_unclassified_documents",
+                "caseops_resolve_document_alias"
+            ]
+        );
+        assert!(
+            rows.iter()
+                .all(|r| r["status"] == "succeeded" && r["attempt_count"] == 1),
+            "{backend}"
+        );
+        let cps = get(&s.api, &format!("/v1/agent-runs/{run_id}/checkpoints")).await;
+        assert_eq!(
+            cps["checkpoints"].as_array().unwrap().last().unwrap()["to"],
+            "completed"
+        );
+
+        let (status, replay) = post(&s.api, "C-102", DEMO, "accept-key-0001", goal.clone()).await;
+        assert_eq!(
+            (
+                status,
+                replay["run_id"].as_str(),
+                replay["replayed"].as_bool()
+            ),
+            (200, Some(run_id.as_str()), Some(true)),
+            "{backend}"
+        );
+        let again = get(&s.api, &format!("/v1/agent-runs/{run_id}/tool-executions")).await;
+        assert_eq!(
+            again["tool_executions"].as_array().unwrap().len(),
+            4,
+            "replay executed no tool"
+        );
+
+        let (status, conflict) = post(
+            &s.api,
+            "C-102",
+            DEMO,
+            "accept-key-0001",
+            json!({"goal": "something else"}),
+        )
+        .await;
+        assert_eq!(status, 409, "{backend}: {conflict}");
+        assert_eq!(conflict["status"], 409);
+
+        let (foreign_status, foreign) = post(
+            &s.api,
+            "C-102",
+            Some("dev-key-tenant-other"),
+            "accept-key-0002",
+            goal.clone(),
+        )
+        .await;
+        let (unknown_status, unknown) =
+            post(&s.api, "C-404", DEMO, "accept-key-0003", goal.clone()).await;
+        assert_eq!((foreign_status, unknown_status), (404, 404), "{backend}");
+        assert_eq!(
+            foreign, unknown,
+            "another tenant's case is indistinguishable from an unknown one"
+        );
+
+        let (status, _) = post(&s.api, "C-102", None, "accept-key-0004", goal.clone()).await;
+        assert_eq!(status, 401);
+        let (status, bad) = post(
+            &s.api,
+            "C-102",
+            DEMO,
+            "accept-key-0005",
+            json!({"goal": "x", "priority": "high"}),
+        )
+        .await;
+        assert_eq!(status, 422, "{backend}: {bad}");
+        let (status, _) = post(&s.api, "C-102", DEMO, "short", goal.clone()).await;
+        assert_eq!(status, 422, "an Idempotency-Key under 8 characters");
+
+        let metrics = reqwest::get(format!("{}/metrics", s.api))
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
+        assert!(
+            metrics.contains("caseops_runs_finished_total{status=\"completed\"} 1"),
+            "{metrics}"
+        );
+        let ready: Value = reqwest::get(format!("{}/health/ready", s.api))
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        assert_eq!(ready["status"], "ready");
+    }
+}
+
+#[test]
+fn production_mode_refuses_sqlite_and_development_keys() {
+    let out = Command::new(env!("CARGO_BIN_EXE_caseops"))
+        .args(["serve", "--production", "--database", "sqlite:///tmp/x.db"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("production mode refuses SQLite"));
+}
+
+#[test]
+fn the_demo_runs_end_to_end_and_exits_zero() {
+    let out = Command::new(env!("CARGO_BIN_EXE_caseops"))
+        .arg("demo")
+        .env_remove("CASEOPS_DATABASE_URL")
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{text}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(text.contains("completed in 4 steps"), "{text}");
+    assert!(text.contains("replayed: true"), "{text}");
+}

@@ -1,0 +1,288 @@
+//! The run store on both backends: commit points, idempotent allocation under
+//! concurrency, the audit hash chain, and runs driven through it.
+
+mod db_support;
+
+use std::sync::Arc;
+
+use caseops_generated::{Bundle, Dispatcher};
+use caseops_runtime::{
+    ContractBundle, Engine, ExecError, Executor, Risk, RunSpec, ToolCall, ToolDispatch,
+};
+use caseops_service::domain::reference_data;
+use caseops_service::planner::ConformancePlanner;
+use caseops_service::store::reference::{SqlRepository, seed};
+use caseops_service::store::runs::{Allocation, NewRun, SqlRunStore};
+use caseops_service::store::{Db, audit};
+use caseops_service::tools::CaseOpsTools;
+use db_support::fresh_databases;
+use serde_json::Value;
+
+/// Runs tools in-process against the database (no MCP hop): isolates the store.
+struct Direct(Dispatcher<CaseOpsTools<SqlRepository>>);
+
+impl Executor for Direct {
+    async fn execute(&self, call: &ToolCall) -> Result<Value, ExecError> {
+        self.0
+            .call(call.tool, &call.context, call.arguments.clone())
+            .await
+            .map_err(|e| ExecError::Business {
+                code: "E".into(),
+                message: e.to_string(),
+            })
+    }
+}
+
+fn spec(run_id: &str) -> RunSpec {
+    RunSpec {
+        run_id: run_id.into(),
+        tenant_id: "tenant-demo".into(),
+        task_id: format!("task-{run_id}"),
+        subject: "user:alice".into(),
+        resource_id: "C-102".into(),
+        scopes: Bundle::TOOLS
+            .iter()
+            .map(|t| t.required_scope.to_string())
+            .collect(),
+        catalog: Bundle::CATALOG.iter().map(|s| s.to_string()).collect(),
+        allowed_risks: vec![Risk::ReadOnly],
+        stage: "investigating".into(),
+        goal: "check".into(),
+        correlation_id: "c".into(),
+    }
+}
+
+fn new_run(run_id: &str, key: &str, hash: &str) -> NewRun {
+    NewRun {
+        spec: spec(run_id),
+        actor: "user:alice".into(),
+        idempotency_key: key.into(),
+        request_hash: hash.into(),
+        request_id: None,
+        planner_kind: "conformance".into(),
+        model: None,
+        bundle_digest: Bundle::BUNDLE_DIGEST.into(),
+    }
+}
+
+async fn setup(url: &str) -> (Db, SqlRunStore, Direct) {
+    let db = Db::connect(url, 8).await.unwrap();
+    seed(&db, &reference_data()).await.unwrap();
+    let direct = Direct(Dispatcher(CaseOpsTools {
+        repo: SqlRepository { db: db.clone() },
+    }));
+    (db.clone(), SqlRunStore::new(db), direct)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_c102_run_commits_at_most_two_transactions_per_tool_step() {
+    for (backend, url) in fresh_databases("commits").await {
+        let (db, store, direct) = setup(&url).await;
+        assert!(matches!(
+            store
+                .allocate(&new_run("r1", "key-00001", "h"))
+                .await
+                .unwrap(),
+            Allocation::New(_)
+        ));
+        let out = Engine::<Bundle>::new()
+            .unwrap()
+            .start(spec("r1"), &ConformancePlanner, &direct, &store)
+            .await
+            .unwrap();
+        assert_eq!(out.status, "completed", "{backend}: {out:?}");
+        assert_eq!(out.step_count, 4);
+        // one before each of 5 planner calls, one before each of 4 tools, one terminal
+        assert_eq!(db.commits(), 10, "{backend}");
+        let cps = store.checkpoints("tenant-demo", "r1").await.unwrap();
+        assert!(
+            cps.iter()
+                .enumerate()
+                .all(|(i, c)| c.sequence == i as u64 + 1),
+            "{backend}"
+        );
+        assert_eq!(cps.last().unwrap().to, "completed");
+        let ledger = store.ledger("tenant-demo", "r1").await.unwrap();
+        let names: Vec<&str> = ledger.iter().map(|r| r.tool_name.as_str()).collect();
+        assert_eq!(
+            names,
+            [
+                "caseops_get_case_snapshot",
+                "caseops_get_policy_requirements",
+                "caseops_list_unclassified_documents",
+                "caseops_resolve_document_alias"
+            ],
+            "{backend}"
+        );
+        let run = store.get("tenant-demo", "r1").await.unwrap().unwrap();
+        assert_eq!((run.status.as_str(), run.step_count), ("completed", 4));
+        assert!(
+            store.get("tenant-other", "r1").await.unwrap().is_none(),
+            "tenant-scoped"
+        );
+        let v = audit::verify(&db).await.unwrap();
+        assert_eq!((v.events, v.problems.len()), (1, 0), "{backend}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fifty_concurrent_requests_with_one_key_allocate_exactly_one_run() {
+    for (backend, url) in fresh_databases("idem").await {
+        let (_, store, _) = setup(&url).await;
+        let store = Arc::new(store);
+        let mut tasks = Vec::new();
+        for i in 0..50 {
+            let store = store.clone();
+            tasks.push(tokio::spawn(async move {
+                store
+                    .allocate(&new_run(&format!("run-{i}"), "same-key-1", "same-hash"))
+                    .await
+                    .unwrap()
+            }));
+        }
+        let mut new = 0;
+        let mut ids = std::collections::BTreeSet::new();
+        for t in tasks {
+            match t.await.unwrap() {
+                Allocation::New(r) => {
+                    new += 1;
+                    ids.insert(r.run_id);
+                }
+                Allocation::Existing(r) => {
+                    ids.insert(r.run_id);
+                }
+                Allocation::Conflict(_) => panic!("{backend}: same body is no conflict"),
+            }
+        }
+        assert_eq!(
+            (new, ids.len()),
+            (1, 1),
+            "{backend}: exactly one run, everyone gets its id"
+        );
+        assert!(
+            matches!(
+                store
+                    .allocate(&new_run("other", "same-key-1", "another-hash"))
+                    .await
+                    .unwrap(),
+                Allocation::Conflict(_)
+            ),
+            "{backend}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_audit_chain_detects_an_edited_or_deleted_event() {
+    for (backend, url) in fresh_databases("audit").await {
+        let (db, store, direct) = setup(&url).await;
+        let engine = Engine::<Bundle>::new().unwrap();
+        for i in 0..3 {
+            let id = format!("a{i}");
+            store
+                .allocate(&new_run(&id, &format!("audit-key-{i}"), "h"))
+                .await
+                .unwrap();
+            engine
+                .start(spec(&id), &ConformancePlanner, &direct, &store)
+                .await
+                .unwrap();
+        }
+        assert_eq!(
+            audit::verify(&db).await.unwrap().problems,
+            Vec::<String>::new()
+        );
+        sqlx::query(db.sql("UPDATE audit_events SET payload = REPLACE(payload, 'completed', 'failed') WHERE seq = 2")).execute(&db.pool).await.unwrap();
+        let v = audit::verify(&db).await.unwrap();
+        assert!(
+            v.problems.iter().any(|p| p.contains("event 2 was altered")),
+            "{backend}: {:?}",
+            v.problems
+        );
+        sqlx::query(db.sql("DELETE FROM audit_events WHERE seq = 2"))
+            .execute(&db.pool)
+            .await
+            .unwrap();
+        let v = audit::verify(&db).await.unwrap();
+        assert!(
+            v.problems.iter().any(|p| p.contains("event 3 follows 1")),
+            "{backend}: {:?}",
+            v.problems
+        );
+        let outbox: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM outbox_events")
+            .fetch_one(&db.pool)
+            .await
+            .unwrap();
+        assert_eq!(outbox, 3, "{backend}: one outbox event per terminal run");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_resumes_from_the_database_after_its_process_stopped() {
+    for (backend, url) in fresh_databases("resume").await {
+        let (_, store, direct) = setup(&url).await;
+        store
+            .allocate(&new_run("r9", "resume-key-1", "h"))
+            .await
+            .unwrap();
+        // Simulate a process that died after its third commit (before the first tool).
+        struct Dying<'a>(&'a SqlRunStore, std::sync::atomic::AtomicUsize);
+        impl caseops_runtime::RunStore for Dying<'_> {
+            async fn commit(
+                &self,
+                b: caseops_runtime::store::Batch,
+            ) -> Result<(), caseops_runtime::store::StoreError> {
+                if self.1.fetch_add(1, std::sync::atomic::Ordering::SeqCst) == 2 {
+                    return Err(caseops_runtime::store::StoreError::Unavailable(
+                        "killed".into(),
+                    ));
+                }
+                self.0.commit(b).await
+            }
+            async fn load(
+                &self,
+                id: &str,
+            ) -> Result<Option<caseops_runtime::store::StoredRun>, caseops_runtime::store::StoreError>
+            {
+                self.0.load(id).await
+            }
+        }
+        let dying = Dying(&store, Default::default());
+        let engine = Engine::<Bundle>::new().unwrap();
+        assert!(
+            engine
+                .start(spec("r9"), &ConformancePlanner, &direct, &dying)
+                .await
+                .is_err()
+        );
+        let out = engine
+            .resume("r9", &ConformancePlanner, &direct, &store)
+            .await
+            .unwrap();
+        assert_eq!(
+            (out.status.as_str(), out.step_count, out.recovery_count),
+            ("completed", 4, 1),
+            "{backend}"
+        );
+        let cps = store.checkpoints("tenant-demo", "r9").await.unwrap();
+        assert!(
+            cps.iter()
+                .enumerate()
+                .all(|(i, c)| c.sequence == i as u64 + 1),
+            "{backend}: no sequence duplicated or skipped"
+        );
+    }
+}
+
+#[tokio::test]
+async fn an_unreachable_database_is_one_line_naming_the_url_without_its_password() {
+    let err = Db::connect("postgres://app:hunter2@127.0.0.1:1/caseops", 1)
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("postgres://app:***@127.0.0.1:1/caseops"),
+        "{err}"
+    );
+    assert!(!err.contains("hunter2") && !err.contains('\n'), "{err}");
+}

@@ -268,7 +268,19 @@ async fn start_run(
             return (StatusCode::OK, axum::Json(run_view(&r, true))).into_response();
         }
         Ok(Allocation::Existing(r)) => {
-            // A run left unfinished (its process died): resume it, no tool re-run blindly.
+            // A run left unfinished: resume it if its lease is free or expired (its
+            // process died); never run it beside the process that holds it.
+            match state.runs.claim(&r.run_id).await {
+                Ok(true) => {}
+                Ok(false) => {
+                    return problem(
+                        StatusCode::CONFLICT,
+                        "Conflict",
+                        "this run is being executed by another process; retry later",
+                    );
+                }
+                Err(e) => return internal(e),
+            }
             let outcome = match state.runs.load_started(&r.run_id).await {
                 Ok(true) => {
                     state
@@ -327,6 +339,25 @@ async fn start_run(
         .entry(fresh.status.clone())
         .or_default() += 1;
     (status, axum::Json(run_view(&fresh, replayed))).into_response()
+}
+
+/// Resumes runs whose process died (their lease expired), forever, every `every`.
+pub async fn sweep(state: Arc<AppState>, every: std::time::Duration) {
+    loop {
+        tokio::time::sleep(every).await;
+        let Ok(runs) = state.runs.expired(10).await else {
+            continue;
+        };
+        for (run_id, _) in runs {
+            let result = state
+                .engine
+                .resume(&run_id, &ConformancePlanner, &state.executor, &state.runs)
+                .await;
+            if let Err(e) = result {
+                eprintln!("caseops: resuming `{run_id}` failed: {e}");
+            }
+        }
+    }
 }
 
 async fn find(

@@ -36,6 +36,8 @@ pub struct HostConfig {
     /// With `only = Api`, where the separate MCP server is.
     pub mcp_url: Option<String>,
     pub only: Option<Only>,
+    /// How long a run's lease lasts without a commit (see `SqlRunStore::claim`).
+    pub lease_ms: i64,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -109,7 +111,7 @@ pub async fn start(config: HostConfig) -> Result<RunningHost, HostError> {
         )
         .map_err(|e| HostError::Setup(e.to_string()))?;
         let state = AppState {
-            runs: SqlRunStore::new(db.clone()),
+            runs: SqlRunStore::new(db.clone()).with_lease_ms(config.lease_ms),
             repo,
             engine: Engine::<Bundle>::new().map_err(|e| HostError::Setup(e.to_string()))?,
             executor: McpClient::new(mcp_url.clone(), issuer),
@@ -122,7 +124,10 @@ pub async fn start(config: HostConfig) -> Result<RunningHost, HostError> {
                 .local_addr()
                 .map_err(|e| HostError::Setup(e.to_string()))?,
         );
-        let router = api::router(Arc::new(state));
+        let state = Arc::new(state);
+        let sweep_every = std::time::Duration::from_millis((config.lease_ms / 2).max(100) as u64);
+        tokio::spawn(api::sweep(state.clone(), sweep_every));
+        let router = api::router(state);
         tokio::spawn(async move {
             if let Err(e) = axum::serve(listener, router).await {
                 eprintln!("caseops: api server stopped: {e}");

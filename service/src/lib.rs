@@ -3,6 +3,7 @@
 
 pub mod api;
 pub mod domain;
+pub mod fault;
 pub mod host;
 pub mod mcp;
 pub mod planner;

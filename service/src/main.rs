@@ -61,6 +61,10 @@ enum Command {
         /// Refuse SQLite, the development API keys and the development signing key.
         #[arg(long, env = "CASEOPS_PRODUCTION")]
         production: bool,
+        /// Seconds a run's lease lasts without progress before another replica may
+        /// take the run over.
+        #[arg(long, env = "CASEOPS_LEASE_SECONDS", default_value_t = 30)]
+        lease_seconds: u64,
     },
     /// Create or upgrade the database schema.
     Migrate {
@@ -130,17 +134,19 @@ async fn main() -> ExitCode {
             mcp_url,
             signing_key,
             production,
+            lease_seconds,
         } => {
-            serve(
-                db.database.unwrap_or_else(default_db),
+            let lease_ms = (lease_seconds.max(1) * 1000) as i64;
+            let opts = ServeOptions {
                 listen,
                 mcp_listen,
                 only,
                 mcp_url,
                 signing_key,
                 production,
-            )
-            .await
+                lease_ms,
+            };
+            serve(db.database.unwrap_or_else(default_db), opts).await
         }
         Command::Migrate { db } => open(db).await.map(|_| println!("database is up to date")),
         Command::Seed { db } => match open(db).await {
@@ -171,15 +177,26 @@ async fn open(db: DbArgs) -> Result<Db, String> {
     Db::connect(&url, 4).await.map_err(|e| e.to_string())
 }
 
-async fn serve(
-    database: String,
+struct ServeOptions {
     listen: SocketAddr,
     mcp_listen: SocketAddr,
     only: Option<OnlyArg>,
     mcp_url: Option<String>,
     signing_key: Option<String>,
     production: bool,
-) -> Result<(), String> {
+    lease_ms: i64,
+}
+
+async fn serve(database: String, o: ServeOptions) -> Result<(), String> {
+    let ServeOptions {
+        listen,
+        mcp_listen,
+        only,
+        mcp_url,
+        signing_key,
+        production,
+        lease_ms,
+    } = o;
     let signing_key = signing_key.unwrap_or_else(|| DEV_SIGNING_KEY.to_string());
     if production {
         if database.starts_with("sqlite:") {
@@ -204,6 +221,7 @@ async fn serve(
             OnlyArg::Api => Only::Api,
             OnlyArg::Mcp => Only::Mcp,
         }),
+        lease_ms,
     };
     let running = host::start(config).await.map_err(|e| e.to_string())?;
     seed(&running.db, &reference_data())
@@ -290,6 +308,7 @@ async fn demo(database: Option<String>) -> Result<(), String> {
         keys: dev_keys(),
         mcp_url: None,
         only: None,
+        lease_ms: caseops_service::store::runs::DEFAULT_LEASE_MS,
     })
     .await
     .map_err(|e| e.to_string())?;

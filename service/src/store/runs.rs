@@ -60,7 +60,14 @@ pub enum Allocation {
 #[derive(Debug, Clone)]
 pub struct SqlRunStore {
     pub db: Db,
+    /// This process's identity for run leases.
+    pub owner: String,
+    /// How long a lease lasts without a commit renewing it.
+    pub lease_ms: i64,
 }
+
+/// Default lease: a run whose process has not committed for this long is taken over.
+pub const DEFAULT_LEASE_MS: i64 = 30_000;
 
 fn parse_json(text: Option<String>, table: &'static str) -> Result<Option<Value>, DbError> {
     text.map(|t| {
@@ -108,7 +115,75 @@ fn record(row: &sqlx::any::AnyRow) -> Result<RunRecord, DbError> {
 
 impl SqlRunStore {
     pub fn new(db: Db) -> Self {
-        Self { db }
+        Self {
+            db,
+            owner: format!(
+                "caseops-{}-{}",
+                std::process::id(),
+                uuid::Uuid::new_v4().simple()
+            ),
+            lease_ms: DEFAULT_LEASE_MS,
+        }
+    }
+
+    pub fn with_lease_ms(mut self, lease_ms: i64) -> Self {
+        self.lease_ms = lease_ms;
+        self
+    }
+
+    /// Takes the run's lease if it is free, ours, or expired (its process died). The
+    /// conditional update is atomic, so two processes never both hold it.
+    pub async fn claim(&self, run_id: &str) -> Result<bool, DbError> {
+        let now = now_ms();
+        let done = sqlx::query(self.db.sql(
+            "UPDATE runs SET lease_owner = ?, lease_expires_at = ? WHERE run_id = ? AND status = 'running' \
+             AND (lease_owner IS NULL OR lease_owner = ? OR lease_expires_at < ?)",
+        ))
+        .bind(&self.owner)
+        .bind(now + self.lease_ms)
+        .bind(run_id)
+        .bind(&self.owner)
+        .bind(now)
+        .execute(&self.db.pool)
+        .await?;
+        Ok(done.rows_affected() == 1)
+    }
+
+    /// Runs whose lease expired (their process died), oldest first. On PostgreSQL
+    /// the rows are locked with `FOR UPDATE SKIP LOCKED` so sweeping replicas never
+    /// pick the same run; the claim that follows is the real guard on both backends.
+    pub async fn expired(&self, limit: i64) -> Result<Vec<(String, String)>, DbError> {
+        let now = now_ms();
+        let mut tx = self.db.pool.begin().await?;
+        let sql = match self.db.dialect {
+            super::Dialect::Postgres => {
+                "SELECT run_id, tenant_id FROM runs WHERE status = 'running' AND lease_expires_at < ? ORDER BY lease_expires_at LIMIT ? FOR UPDATE SKIP LOCKED"
+            }
+            super::Dialect::Sqlite => {
+                "SELECT run_id, tenant_id FROM runs WHERE status = 'running' AND lease_expires_at < ? ORDER BY lease_expires_at LIMIT ?"
+            }
+        };
+        let rows = sqlx::query(self.db.sql(sql))
+            .bind(now)
+            .bind(limit)
+            .fetch_all(&mut *tx)
+            .await?;
+        let mut out = Vec::new();
+        for r in rows {
+            let run_id: String = r.try_get("run_id")?;
+            let claimed = sqlx::query(self.db.sql("UPDATE runs SET lease_owner = ?, lease_expires_at = ? WHERE run_id = ? AND lease_expires_at < ?"))
+                .bind(&self.owner)
+                .bind(now + self.lease_ms)
+                .bind(&run_id)
+                .bind(now)
+                .execute(&mut *tx)
+                .await?;
+            if claimed.rows_affected() == 1 {
+                out.push((run_id, r.try_get("tenant_id")?));
+            }
+        }
+        tx.commit().await?;
+        Ok(out)
     }
 
     /// Creates the run unless `(tenant, idempotency key)` exists; the unique
@@ -117,8 +192,8 @@ impl SqlRunStore {
         let now = now_ms();
         let spec = serde_json::to_string(&new.spec).expect("specs serialize");
         sqlx::query(self.db.sql(
-            "INSERT INTO runs (run_id, tenant_id, case_id, actor, idempotency_key, request_hash, request_id, goal, planner_kind, model, status, state, step_count, spec, bundle_digest, created_at, updated_at) \
-             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 'running', 'created', 0, ?, ?, ?, ?) ON CONFLICT (tenant_id, idempotency_key) DO NOTHING",
+            "INSERT INTO runs (run_id, tenant_id, case_id, actor, idempotency_key, request_hash, request_id, goal, planner_kind, model, status, state, step_count, spec, bundle_digest, created_at, updated_at, lease_owner, lease_expires_at) \
+             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 'running', 'created', 0, ?, ?, ?, ?, ?, ?) ON CONFLICT (tenant_id, idempotency_key) DO NOTHING",
         ))
         .bind(&new.spec.run_id)
         .bind(&new.spec.tenant_id)
@@ -134,6 +209,8 @@ impl SqlRunStore {
         .bind(&new.bundle_digest)
         .bind(now)
         .bind(now)
+        .bind(&self.owner)
+        .bind(now + self.lease_ms)
         .execute(&self.db.pool)
         .await?;
         let existing = self
@@ -309,13 +386,23 @@ impl SqlRunStore {
             Some(o) => o.status.clone(),
             None => "running".to_string(),
         };
-        sqlx::query(db.sql("UPDATE runs SET state = ?, status = ?, step_count = ?, final_result = ?, stop_reason = ?, updated_at = ? WHERE run_id = ?"))
+        // Every commit renews this process's lease; the terminal one releases it.
+        let terminal = batch.outcome.is_some();
+        let now = now_ms();
+        let (owner, expires) = if terminal {
+            (None, None)
+        } else {
+            (Some(self.owner.clone()), Some(now + self.lease_ms))
+        };
+        sqlx::query(db.sql("UPDATE runs SET state = ?, status = ?, step_count = ?, final_result = ?, stop_reason = ?, updated_at = ?, lease_owner = ?, lease_expires_at = ? WHERE run_id = ?"))
             .bind(&batch.state)
             .bind(&status)
             .bind(i64::from(batch.step_count))
             .bind(batch.outcome.as_ref().and_then(|o| o.final_answer.as_ref()).map(Value::to_string))
             .bind(batch.outcome.as_ref().and_then(|o| o.stop_reason.clone()))
-            .bind(now_ms())
+            .bind(now)
+            .bind(owner)
+            .bind(expires)
             .bind(&batch.run_id)
             .execute(&mut *tx)
             .await?;
@@ -326,6 +413,7 @@ impl SqlRunStore {
         }
         tx.commit().await?;
         db.count_commit();
+        crate::fault::after_commit(db.commits());
         Ok(())
     }
 

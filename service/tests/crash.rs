@@ -1,0 +1,170 @@
+//! Crash recovery with real processes: `caseops serve` is killed with SIGKILL right
+//! after each commit point of a C-102 run in turn; a new process resumes the run with
+//! the same Idempotency-Key. Needs the `fault-injection` feature (the README's test
+//! command enables all features).
+#![cfg(feature = "fault-injection")]
+
+mod db_support;
+
+use std::collections::BTreeMap;
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use db_support::fresh_databases;
+use serde_json::{Value, json};
+
+/// Commit points of a clean C-102 run: before 5 planner calls, before 4 tools, terminal.
+const COMMIT_POINTS: usize = 10;
+
+struct Serve {
+    child: Child,
+    api: Option<String>,
+}
+
+impl Drop for Serve {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn serve(database: &str, kill_at: Option<usize>) -> Serve {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_caseops"));
+    cmd.args([
+        "serve",
+        "--listen",
+        "127.0.0.1:0",
+        "--mcp-listen",
+        "127.0.0.1:0",
+        "--lease-seconds",
+        "1",
+        "--database",
+        database,
+    ])
+    .stdout(Stdio::piped())
+    .stderr(Stdio::null());
+    match kill_at {
+        Some(n) => cmd.env("CASEOPS_FAULT_KILL_AT_COMMIT", n.to_string()),
+        None => cmd.env_remove("CASEOPS_FAULT_KILL_AT_COMMIT"),
+    };
+    let mut child = cmd.spawn().unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let api = lines.find_map(|l| {
+        l.ok()?
+            .strip_prefix("caseops api on ")
+            .map(|r| r.split_whitespace().next().unwrap().to_string())
+    });
+    std::thread::spawn(move || for _ in lines {});
+    Serve { child, api }
+}
+
+async fn post(api: &str, key: &str) -> Result<(u16, Value), reqwest::Error> {
+    let r = reqwest::Client::new()
+        .post(format!("{api}/v1/cases/C-102/agent-runs"))
+        .header("x-api-key", "dev-key-tenant-demo")
+        .header("idempotency-key", key)
+        .json(&json!({"goal": "Check whether claim case C-102 holds every required document."}))
+        .send()
+        .await?;
+    let status = r.status().as_u16();
+    Ok((status, r.json().await.unwrap_or(Value::Null)))
+}
+
+async fn get(api: &str, path: &str) -> Value {
+    reqwest::Client::new()
+        .get(format!("{api}{path}"))
+        .header("x-api-key", "dev-key-tenant-demo")
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_killed_at_any_commit_point_resumes_to_the_same_result() {
+    for (backend, url) in fresh_databases("crash").await {
+        let clean = serve(&url, None);
+        let api = clean.api.clone().unwrap();
+        let (status, reference) = post(&api, "crash-clean-0").await.unwrap();
+        assert_eq!(status, 201, "{backend}: {reference}");
+        drop(clean);
+
+        for n in 1..=COMMIT_POINTS {
+            let key = format!("crash-key-{n:02}");
+            let dying = serve(&url, Some(n));
+            let first = post(dying.api.as_deref().unwrap(), &key).await;
+            assert!(
+                first.is_err() || first.as_ref().unwrap().0 >= 500,
+                "{backend} @{n}: the process should have died: {first:?}"
+            );
+            drop(dying);
+            // Let the dead process's lease (1 s) expire.
+            tokio::time::sleep(Duration::from_millis(1100)).await;
+
+            let next = serve(&url, None);
+            let api = next.api.clone().unwrap();
+            let (status, run) = post(&api, &key).await.unwrap();
+            assert!(
+                status == 200 || status == 201,
+                "{backend} @{n}: {status} {run}"
+            );
+            let run = if run["status"] == "completed" {
+                run
+            } else {
+                // The sweeper may be finishing it right now.
+                tokio::time::sleep(Duration::from_millis(600)).await;
+                get(
+                    &api,
+                    &format!("/v1/agent-runs/{}", run["run_id"].as_str().unwrap()),
+                )
+                .await
+            };
+            assert_eq!(run["status"], "completed", "{backend} @{n}: {run}");
+            assert_eq!(
+                run["result"], reference["result"],
+                "{backend} @{n}: the same result as a clean run"
+            );
+
+            let run_id = run["run_id"].as_str().unwrap();
+            let cps = get(&api, &format!("/v1/agent-runs/{run_id}/checkpoints")).await;
+            let cps = cps["checkpoints"].as_array().unwrap();
+            for (i, c) in cps.iter().enumerate() {
+                assert_eq!(
+                    c["sequence"],
+                    i + 1,
+                    "{backend} @{n}: no checkpoint duplicated or skipped"
+                );
+            }
+            let ledger = get(&api, &format!("/v1/agent-runs/{run_id}/tool-executions")).await;
+            let mut succeeded: BTreeMap<String, usize> = BTreeMap::new();
+            let mut executions: BTreeMap<String, usize> = BTreeMap::new();
+            for row in ledger["tool_executions"].as_array().unwrap() {
+                let tool = row["tool_name"].as_str().unwrap().to_string();
+                *executions.entry(tool.clone()).or_default() += 1;
+                if row["status"] == "succeeded" {
+                    *succeeded.entry(tool).or_default() += 1;
+                } else {
+                    assert_eq!(
+                        row["error_code"], "RECOVERED_DISCARDED",
+                        "{backend} @{n}: {row}"
+                    );
+                }
+            }
+            assert_eq!(succeeded.len(), 4, "{backend} @{n}: {succeeded:?}");
+            assert!(
+                succeeded.values().all(|&c| c == 1),
+                "{backend} @{n}: {succeeded:?}"
+            );
+            assert!(
+                executions.values().all(|&c| c <= 2),
+                "{backend} @{n}: each read ran at most once more: {executions:?}"
+            );
+            // The ledger agrees with the checkpoints: one observation per success.
+            let observed = cps.iter().filter(|c| c["to"] == "observing").count();
+            assert_eq!(observed, 4, "{backend} @{n}");
+        }
+    }
+}

@@ -17,12 +17,12 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use caseops_generated::Bundle;
 use caseops_runtime::fingerprint::{canonical_json, sha256_hex};
-use caseops_runtime::{ContractBundle, Engine, Risk, RunSpec};
+use caseops_runtime::{ContractBundle, Engine, Planner, Risk, RunSpec};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
 use crate::mcp::client::McpClient;
-use crate::planner::ConformancePlanner;
+use crate::planner::AnyPlanner;
 use crate::store::reference::SqlRepository;
 use crate::store::runs::{Allocation, NewRun, RunRecord, SqlRunStore};
 use crate::tools::CaseRepository;
@@ -77,6 +77,7 @@ pub struct AppState {
     pub executor: McpClient<Bundle>,
     pub keys: HashMap<String, ApiPrincipal>,
     pub metrics: Metrics,
+    pub planner: AnyPlanner,
 }
 
 pub fn router(state: Arc<AppState>) -> Router {
@@ -225,9 +226,9 @@ async fn start_run(
         .and_then(|v| v.to_str().ok())
         .map(str::to_string)
         .unwrap_or_else(|| uuid::Uuid::new_v4().to_string());
-    let planner = ConformancePlanner;
+    let planner = &state.planner;
     let request_hash = sha256_hex(
-        canonical_json(&json!({ "case_id": case_id, "goal": goal, "planner": "conformance" }))
+        canonical_json(&json!({ "case_id": case_id, "goal": goal, "planner": planner.kind() }))
             .as_bytes(),
     );
     let spec = RunSpec {
@@ -249,8 +250,8 @@ async fn start_run(
         idempotency_key: key.to_string(),
         request_hash,
         request_id: Some(request_id),
-        planner_kind: "conformance".into(),
-        model: None,
+        planner_kind: planner.kind().into(),
+        model: planner.model(),
         bundle_digest: Bundle::BUNDLE_DIGEST.into(),
     };
     let started = std::time::Instant::now();
@@ -285,7 +286,7 @@ async fn start_run(
                 Ok(true) => {
                     state
                         .engine
-                        .resume(&r.run_id, &planner, &state.executor, &state.runs)
+                        .resume(&r.run_id, planner, &state.executor, &state.runs)
                         .await
                 }
                 Ok(false) => {
@@ -293,7 +294,7 @@ async fn start_run(
                         .engine
                         .start(
                             r.spec.clone().unwrap_or(spec),
-                            &planner,
+                            planner,
                             &state.executor,
                             &state.runs,
                         )
@@ -310,7 +311,7 @@ async fn start_run(
             state.metrics.runs_started.fetch_add(1, Ordering::Relaxed);
             if let Err(e) = state
                 .engine
-                .start(spec, &planner, &state.executor, &state.runs)
+                .start(spec, planner, &state.executor, &state.runs)
                 .await
             {
                 return internal(e);
@@ -351,7 +352,7 @@ pub async fn sweep(state: Arc<AppState>, every: std::time::Duration) {
         for (run_id, _) in runs {
             let result = state
                 .engine
-                .resume(&run_id, &ConformancePlanner, &state.executor, &state.runs)
+                .resume(&run_id, &state.planner, &state.executor, &state.runs)
                 .await;
             if let Err(e) = result {
                 eprintln!("caseops: resuming `{run_id}` failed: {e}");

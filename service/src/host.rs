@@ -38,6 +38,7 @@ pub struct HostConfig {
     pub only: Option<Only>,
     /// How long a run's lease lasts without a commit (see `SqlRunStore::claim`).
     pub lease_ms: i64,
+    pub planner: crate::planner::AnyPlanner,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -117,6 +118,7 @@ pub async fn start(config: HostConfig) -> Result<RunningHost, HostError> {
             executor: McpClient::new(mcp_url.clone(), issuer),
             keys: config.keys.clone(),
             metrics: Metrics::default(),
+            planner: config.planner.clone(),
         };
         let listener = bind(config.api_listen).await?;
         api_addr = Some(

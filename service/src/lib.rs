@@ -6,6 +6,7 @@ pub mod domain;
 pub mod fault;
 pub mod host;
 pub mod mcp;
+pub mod openai;
 pub mod planner;
 pub mod store;
 pub mod tools;

@@ -7,6 +7,8 @@ use std::process::ExitCode;
 use caseops_service::api::dev_keys;
 use caseops_service::domain::reference_data;
 use caseops_service::host::{self, DEV_SIGNING_KEY, HostConfig, Only};
+use caseops_service::openai::{OpenAiConfig, OpenAiResponsesPlanner};
+use caseops_service::planner::{AnyPlanner, ConformancePlanner};
 use caseops_service::store::audit;
 use caseops_service::store::reference::seed;
 use caseops_service::store::runs::SqlRunStore;
@@ -65,6 +67,8 @@ enum Command {
         /// take the run over.
         #[arg(long, env = "CASEOPS_LEASE_SECONDS", default_value_t = 30)]
         lease_seconds: u64,
+        #[command(flatten)]
+        planner: PlannerArgs,
     },
     /// Create or upgrade the database schema.
     Migrate {
@@ -86,6 +90,58 @@ enum Command {
         #[command(subcommand)]
         command: AuditCommand,
     },
+}
+
+#[derive(Args, Clone)]
+struct PlannerArgs {
+    /// Which planner proposes actions.
+    #[arg(long, env = "CASEOPS_PLANNER", value_enum, default_value_t = PlannerKind::Conformance)]
+    planner: PlannerKind,
+    /// Responses API base URL (for `--planner openai`).
+    #[arg(
+        long,
+        env = "CASEOPS_OPENAI_BASE_URL",
+        default_value = "https://api.openai.com/v1"
+    )]
+    openai_base_url: String,
+    /// Model name (for `--planner openai`).
+    #[arg(long, env = "CASEOPS_OPENAI_MODEL", default_value = "gpt-5-mini")]
+    openai_model: String,
+    /// API key (for `--planner openai`); never printed.
+    #[arg(long, env = "CASEOPS_OPENAI_API_KEY", hide_env_values = true)]
+    openai_api_key: Option<String>,
+    /// Reasoning effort: low, medium or high.
+    #[arg(long, env = "CASEOPS_OPENAI_REASONING_EFFORT")]
+    openai_reasoning_effort: Option<String>,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum PlannerKind {
+    /// The deterministic C-102 protocol driver (not an agent).
+    Conformance,
+    /// A model through the OpenAI Responses API.
+    Openai,
+}
+
+fn planner(args: PlannerArgs) -> Result<AnyPlanner, String> {
+    match args.planner {
+        PlannerKind::Conformance => Ok(AnyPlanner::Conformance(ConformancePlanner)),
+        PlannerKind::Openai => {
+            let api_key = args
+                .openai_api_key
+                .ok_or("`--planner openai` needs CASEOPS_OPENAI_API_KEY")?;
+            let config = OpenAiConfig {
+                base_url: args.openai_base_url,
+                model: args.openai_model,
+                api_key,
+                reasoning_effort: args.openai_reasoning_effort,
+                timeout: std::time::Duration::from_secs(60),
+            };
+            OpenAiResponsesPlanner::new(config)
+                .map(AnyPlanner::OpenAi)
+                .map_err(|e| e.to_string())
+        }
+    }
 }
 
 #[derive(Subcommand)]
@@ -135,19 +191,24 @@ async fn main() -> ExitCode {
             signing_key,
             production,
             lease_seconds,
-        } => {
-            let lease_ms = (lease_seconds.max(1) * 1000) as i64;
-            let opts = ServeOptions {
-                listen,
-                mcp_listen,
-                only,
-                mcp_url,
-                signing_key,
-                production,
-                lease_ms,
-            };
-            serve(db.database.unwrap_or_else(default_db), opts).await
-        }
+            planner: planner_args,
+        } => match planner(planner_args) {
+            Ok(planner) => {
+                let lease_ms = (lease_seconds.max(1) * 1000) as i64;
+                let opts = ServeOptions {
+                    listen,
+                    mcp_listen,
+                    only,
+                    mcp_url,
+                    signing_key,
+                    production,
+                    lease_ms,
+                    planner,
+                };
+                serve(db.database.unwrap_or_else(default_db), opts).await
+            }
+            Err(e) => Err(e),
+        },
         Command::Migrate { db } => open(db).await.map(|_| println!("database is up to date")),
         Command::Seed { db } => match open(db).await {
             Ok(db) => seed(&db, &reference_data())
@@ -185,6 +246,7 @@ struct ServeOptions {
     signing_key: Option<String>,
     production: bool,
     lease_ms: i64,
+    planner: AnyPlanner,
 }
 
 async fn serve(database: String, o: ServeOptions) -> Result<(), String> {
@@ -196,6 +258,7 @@ async fn serve(database: String, o: ServeOptions) -> Result<(), String> {
         signing_key,
         production,
         lease_ms,
+        planner,
     } = o;
     let signing_key = signing_key.unwrap_or_else(|| DEV_SIGNING_KEY.to_string());
     if production {
@@ -222,6 +285,7 @@ async fn serve(database: String, o: ServeOptions) -> Result<(), String> {
             OnlyArg::Mcp => Only::Mcp,
         }),
         lease_ms,
+        planner,
     };
     let running = host::start(config).await.map_err(|e| e.to_string())?;
     seed(&running.db, &reference_data())
@@ -309,6 +373,7 @@ async fn demo(database: Option<String>) -> Result<(), String> {
         mcp_url: None,
         only: None,
         lease_ms: caseops_service::store::runs::DEFAULT_LEASE_MS,
+        planner: AnyPlanner::Conformance(ConformancePlanner),
     })
     .await
     .map_err(|e| e.to_string())?;

@@ -133,3 +133,36 @@ impl Planner for ConformancePlanner {
         Ok(Self::decide(view))
     }
 }
+
+/// The planner a host runs with, chosen by configuration.
+#[derive(Debug, Clone)]
+pub enum AnyPlanner {
+    Conformance(ConformancePlanner),
+    OpenAi(crate::openai::OpenAiResponsesPlanner),
+}
+
+impl AnyPlanner {
+    /// The model name recorded with runs (`None` for the conformance driver).
+    pub fn model(&self) -> Option<String> {
+        match self {
+            AnyPlanner::Conformance(_) => None,
+            AnyPlanner::OpenAi(p) => Some(p.model().to_string()),
+        }
+    }
+}
+
+impl Planner for AnyPlanner {
+    fn kind(&self) -> &'static str {
+        match self {
+            AnyPlanner::Conformance(p) => p.kind(),
+            AnyPlanner::OpenAi(p) => p.kind(),
+        }
+    }
+
+    async fn propose(&self, view: &PlannerView) -> Result<Value, PlannerError> {
+        match self {
+            AnyPlanner::Conformance(p) => p.propose(view).await,
+            AnyPlanner::OpenAi(p) => p.propose(view).await,
+        }
+    }
+}

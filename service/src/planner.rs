@@ -138,7 +138,7 @@ impl Planner for ConformancePlanner {
 #[derive(Debug, Clone)]
 pub enum AnyPlanner {
     Conformance(ConformancePlanner),
-    OpenAi(crate::openai::OpenAiResponsesPlanner),
+    OpenAi(Box<crate::openai::OpenAiResponsesPlanner>),
 }
 
 impl AnyPlanner {

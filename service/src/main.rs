@@ -138,7 +138,7 @@ fn planner(args: PlannerArgs) -> Result<AnyPlanner, String> {
                 timeout: std::time::Duration::from_secs(60),
             };
             OpenAiResponsesPlanner::new(config)
-                .map(AnyPlanner::OpenAi)
+                .map(|p| AnyPlanner::OpenAi(Box::new(p)))
                 .map_err(|e| e.to_string())
         }
     }

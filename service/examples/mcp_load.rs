@@ -18,6 +18,7 @@ const SECRET: &[u8] = b"load-test-signing-key-0123456789";
 
 #[tokio::main]
 async fn main() {
+    caseops_service::install_tls_provider();
     let seconds: u64 = std::env::args()
         .nth(1)
         .and_then(|s| s.parse().ok())

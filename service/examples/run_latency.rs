@@ -145,6 +145,7 @@ async fn through_api(url: &str, runs: usize) -> Vec<f64> {
 
 #[tokio::main]
 async fn main() {
+    caseops_service::install_tls_provider();
     let runs: usize = std::env::args()
         .nth(1)
         .and_then(|s| s.parse().ok())

@@ -179,6 +179,7 @@ fn default_db() -> String {
 
 #[tokio::main]
 async fn main() -> ExitCode {
+    caseops_service::install_tls_provider();
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Demo { db } => demo(db.database).await,

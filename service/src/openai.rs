@@ -67,6 +67,7 @@ fn strict_schema(schema: &Value) -> Value {
 
 impl OpenAiResponsesPlanner {
     pub fn new(config: OpenAiConfig) -> Result<Self, PlannerError> {
+        crate::install_tls_provider();
         let http = reqwest::Client::builder()
             .timeout(config.timeout)
             .build()

@@ -58,6 +58,7 @@ impl ToolDispatch for Broken {
 
 #[tokio::test]
 async fn a_result_outside_the_output_schema_never_leaves_the_server() {
+    caseops_service::install_tls_provider();
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let config = McpConfig::loopback(addr, ISSUER);

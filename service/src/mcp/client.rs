@@ -52,6 +52,7 @@ fn transient(message: impl Into<String>) -> ExecError {
 
 impl<B: ContractBundle> McpClient<B> {
     pub fn new(url: impl Into<String>, issuer: TokenIssuer) -> Self {
+        crate::install_tls_provider();
         let http = reqwest::Client::builder()
             .pool_idle_timeout(Duration::from_secs(90))
             .timeout(Duration::from_secs(60))

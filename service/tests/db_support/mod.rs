@@ -22,6 +22,7 @@ pub fn unique(prefix: &str) -> String {
 
 /// A new, empty database URL for each backend available.
 pub async fn fresh_databases(name: &str) -> Vec<(&'static str, String)> {
+    caseops_service::install_tls_provider();
     let dir = std::env::temp_dir().join(unique(name));
     std::fs::create_dir_all(&dir).unwrap();
     let mut out = vec![(

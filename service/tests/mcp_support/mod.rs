@@ -27,6 +27,7 @@ pub struct TestServer {
 }
 
 pub async fn start_with(configure: impl FnOnce(&mut McpConfig)) -> TestServer {
+    caseops_service::install_tls_provider();
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let mut config = McpConfig::loopback(addr, ISSUER);

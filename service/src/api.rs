@@ -66,6 +66,8 @@ pub struct Metrics {
     runs_started: AtomicU64,
     runs_replayed: AtomicU64,
     runs_by_status: std::sync::Mutex<HashMap<String, u64>>,
+    /// `(tool, outcome)` → count, from the ledgers of finished runs.
+    tool_calls: std::sync::Mutex<HashMap<(String, String), u64>>,
     steps: AtomicU64,
     run_latency_ms_sum: AtomicU64,
 }
@@ -162,7 +164,7 @@ fn not_found() -> Response {
 }
 
 fn internal(e: impl std::fmt::Display) -> Response {
-    eprintln!("caseops api: {e}");
+    eprintln!("caseops api: error: {e}");
     problem(
         StatusCode::INTERNAL_SERVER_ERROR,
         "Internal Server Error",
@@ -339,6 +341,14 @@ async fn start_run(
         .expect("metrics lock")
         .entry(fresh.status.clone())
         .or_default() += 1;
+    if let Ok(rows) = state.runs.ledger(&who.tenant_id, &fresh.run_id).await {
+        let mut calls = state.metrics.tool_calls.lock().expect("metrics lock");
+        for row in rows {
+            *calls
+                .entry((row.tool_name, row.status.as_str().to_string()))
+                .or_default() += 1;
+        }
+    }
     (status, axum::Json(run_view(&fresh, replayed))).into_response()
 }
 
@@ -466,6 +476,20 @@ async fn metrics(State(state): State<Arc<AppState>>) -> Response {
     for (status, n) in by {
         out.push_str(&format!(
             "caseops_runs_finished_total{{status=\"{status}\"}} {n}\n"
+        ));
+    }
+    out.push_str("# HELP caseops_tool_calls_total Tool calls by tool and outcome.\n# TYPE caseops_tool_calls_total counter\n");
+    let mut calls: Vec<((String, String), u64)> = m
+        .tool_calls
+        .lock()
+        .expect("metrics lock")
+        .iter()
+        .map(|(k, v)| (k.clone(), *v))
+        .collect();
+    calls.sort();
+    for ((tool, outcome), n) in calls {
+        out.push_str(&format!(
+            "caseops_tool_calls_total{{tool=\"{tool}\",outcome=\"{outcome}\"}} {n}\n"
         ));
     }
     out.push_str("# HELP caseops_run_steps_total Tool steps of finished runs.\n# TYPE caseops_run_steps_total counter\n");

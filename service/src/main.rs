@@ -272,14 +272,26 @@ async fn serve(database: String, o: ServeOptions) -> Result<(), String> {
         if signing_key == DEV_SIGNING_KEY || signing_key.len() < 32 {
             return Err("production mode refuses the development signing key: set CASEOPS_SIGNING_KEY (32+ bytes)".into());
         }
-        return Err("production mode refuses the development API keys, and no other key source is configured yet".into());
+    }
+    let keys = match std::env::var("CASEOPS_API_KEYS") {
+        Ok(spec) if !spec.trim().is_empty() => parse_api_keys(&spec)?,
+        _ if production => {
+            return Err("production mode refuses the development API keys: set CASEOPS_API_KEYS (`key=tenant:actor;…`)".into());
+        }
+        _ => dev_keys(),
+    };
+    if production && keys.keys().any(|k| dev_keys().contains_key(k)) {
+        return Err(
+            "production mode refuses the development API keys: remove them from CASEOPS_API_KEYS"
+                .into(),
+        );
     }
     let config = HostConfig {
         database_url: database.clone(),
         api_listen: listen,
         mcp_listen,
         signing_key,
-        keys: dev_keys(),
+        keys,
         mcp_url,
         only: only.map(|o| match o {
             OnlyArg::Api => Only::Api,
@@ -300,6 +312,40 @@ async fn serve(database: String, o: ServeOptions) -> Result<(), String> {
     }
     tokio::signal::ctrl_c().await.map_err(|e| e.to_string())?;
     Ok(())
+}
+
+/// `key=tenant:actor;key2=tenant2:actor2` → API principals with every tool scope.
+fn parse_api_keys(
+    spec: &str,
+) -> Result<std::collections::HashMap<String, caseops_service::api::ApiPrincipal>, String> {
+    use caseops_runtime::ContractBundle;
+    let scopes: Vec<String> = caseops_generated::Bundle::TOOLS
+        .iter()
+        .map(|t| t.required_scope.to_string())
+        .collect();
+    let mut keys = std::collections::HashMap::new();
+    for (i, entry) in spec
+        .split(';')
+        .map(str::trim)
+        .filter(|e| !e.is_empty())
+        .enumerate()
+    {
+        let bad = || format!("CASEOPS_API_KEYS entry {} is not `key=tenant:actor`", i + 1);
+        let (key, who) = entry.split_once('=').ok_or_else(bad)?;
+        let (tenant, actor) = who.split_once(':').ok_or_else(bad)?;
+        if key.len() < 16 || tenant.is_empty() || actor.is_empty() {
+            return Err(format!("{} (keys are at least 16 characters)", bad()));
+        }
+        keys.insert(
+            key.to_string(),
+            caseops_service::api::ApiPrincipal {
+                tenant_id: tenant.into(),
+                actor: actor.into(),
+                scopes: scopes.clone(),
+            },
+        );
+    }
+    Ok(keys)
 }
 
 async fn show(db: DbArgs, tenant: &str, run_id: &str) -> Result<(), String> {

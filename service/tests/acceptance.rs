@@ -223,6 +223,34 @@ fn production_mode_refuses_sqlite_and_development_keys() {
 }
 
 #[test]
+fn an_unreachable_database_is_a_one_line_error_naming_the_redacted_url() {
+    let out = Command::new(env!("CARGO_BIN_EXE_caseops"))
+        .args([
+            "serve",
+            "--production",
+            "--database",
+            "postgres://app:hunter2@127.0.0.1:1/caseops",
+        ])
+        .env(
+            "CASEOPS_SIGNING_KEY",
+            "a-production-signing-key-of-32-bytes-or-more",
+        )
+        .env(
+            "CASEOPS_API_KEYS",
+            "prod-key-0123456789=tenant-demo:user:alice",
+        )
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(
+        err.contains("postgres://app:***@127.0.0.1:1/caseops") && !err.contains("hunter2"),
+        "{err}"
+    );
+}
+
+#[test]
 fn the_demo_runs_end_to_end_and_exits_zero() {
     let out = Command::new(env!("CARGO_BIN_EXE_caseops"))
         .arg("demo")

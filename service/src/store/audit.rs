@@ -24,14 +24,22 @@ pub fn event_hash(prev_hash: &str, seq: i64, kind: &str, run_id: &str, payload: 
     )
 }
 
+/// Who and what a terminal event is about.
+pub(crate) struct Who<'a> {
+    pub tenant: &'a str,
+    pub case_id: &'a str,
+    pub actor: &'a str,
+    /// The API request that started the run, for correlation with logs.
+    pub request_id: Option<&'a str>,
+}
+
 pub(crate) async fn record_terminal(
     db: &Db,
     tx: &mut Transaction<'static, Any>,
-    tenant: &str,
-    case_id: &str,
-    actor: &str,
+    who: &Who<'_>,
     outcome: &Outcome,
 ) -> Result<(), DbError> {
+    let (tenant, case_id, actor) = (who.tenant, who.case_id, who.actor);
     let last = sqlx::query(
         db.sql("SELECT seq, hash FROM audit_events WHERE tenant_id = ? ORDER BY seq DESC LIMIT 1"),
     )
@@ -47,6 +55,7 @@ pub(crate) async fn record_terminal(
         "run_id": outcome.run_id,
         "case_id": case_id,
         "actor": actor,
+        "request_id": who.request_id,
         "status": outcome.status,
         "stop_reason": outcome.stop_reason,
         "step_count": outcome.step_count,
@@ -71,6 +80,7 @@ pub(crate) async fn record_terminal(
         "tenant_id": tenant,
         "run_id": outcome.run_id,
         "case_id": case_id,
+        "request_id": who.request_id,
         "status": outcome.status,
         "stop_reason": outcome.stop_reason,
         "result": outcome.final_answer,

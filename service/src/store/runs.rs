@@ -332,15 +332,16 @@ impl SqlRunStore {
     async fn write(&self, batch: Batch) -> Result<(), DbError> {
         let db = &self.db;
         let mut tx = db.pool.begin().await?;
-        let run =
-            sqlx::query(db.sql("SELECT tenant_id, case_id, actor FROM runs WHERE run_id = ?"))
-                .bind(&batch.run_id)
-                .fetch_optional(&mut *tx)
-                .await?
-                .ok_or_else(|| DbError::Corrupt {
-                    table: "runs",
-                    message: format!("no run `{}`", batch.run_id),
-                })?;
+        let run = sqlx::query(
+            db.sql("SELECT tenant_id, case_id, actor, request_id FROM runs WHERE run_id = ?"),
+        )
+        .bind(&batch.run_id)
+        .fetch_optional(&mut *tx)
+        .await?
+        .ok_or_else(|| DbError::Corrupt {
+            table: "runs",
+            message: format!("no run `{}`", batch.run_id),
+        })?;
         let tenant: String = run.try_get("tenant_id")?;
         for cp in &batch.checkpoints {
             let snapshot = (!cp.snapshot.is_null()).then(|| cp.snapshot.to_string());
@@ -409,7 +410,14 @@ impl SqlRunStore {
         if let Some(outcome) = &batch.outcome {
             let case: String = run.try_get("case_id")?;
             let actor: String = run.try_get("actor")?;
-            audit::record_terminal(db, &mut tx, &tenant, &case, &actor, outcome).await?;
+            let request_id: Option<String> = run.try_get("request_id")?;
+            let who = audit::Who {
+                tenant: &tenant,
+                case_id: &case,
+                actor: &actor,
+                request_id: request_id.as_deref(),
+            };
+            audit::record_terminal(db, &mut tx, &who, outcome).await?;
         }
         tx.commit().await?;
         db.count_commit();

@@ -2,6 +2,7 @@
 //! read-only tools over MCP and (with the API) drives agent runs with the runtime.
 
 pub mod api;
+pub mod bench;
 pub mod domain;
 pub mod fault;
 pub mod host;

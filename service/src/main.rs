@@ -85,6 +85,55 @@ enum Command {
         #[command(subcommand)]
         command: RunsCommand,
     },
+    /// Load a running `caseops serve` (loopback only unless --allow-remote) and print
+    /// completed, errors, requests per second and p50/p95/p99/max latency.
+    Bench {
+        /// `agent-run` (fresh key per request), `replay` (one key) or `mcp-call`.
+        #[arg(long, value_enum, default_value_t = ScenarioArg::AgentRun)]
+        scenario: ScenarioArg,
+        /// The API base URL.
+        #[arg(
+            long,
+            env = "CASEOPS_BENCH_API",
+            default_value = "http://127.0.0.1:8080"
+        )]
+        api: String,
+        /// The MCP endpoint.
+        #[arg(
+            long,
+            env = "CASEOPS_BENCH_MCP",
+            default_value = "http://127.0.0.1:8081/mcp"
+        )]
+        mcp: String,
+        /// Concurrent clients.
+        #[arg(long, default_value_t = 8)]
+        concurrency: usize,
+        /// Seconds to measure (after the warm-up).
+        #[arg(long, default_value_t = 10)]
+        duration: u64,
+        /// Stop after this many requests instead of after `--duration`.
+        #[arg(long)]
+        requests: Option<u64>,
+        /// Seconds of warm-up before measuring.
+        #[arg(long, default_value_t = 2)]
+        warmup: u64,
+        #[arg(
+            long,
+            env = "CASEOPS_BENCH_API_KEY",
+            default_value = "dev-key-tenant-demo",
+            hide_env_values = true
+        )]
+        api_key: String,
+        /// The server's task-token signing key (for `mcp-call`).
+        #[arg(long, env = "CASEOPS_SIGNING_KEY", default_value = DEV_SIGNING_KEY, hide_default_value = true, hide_env_values = true)]
+        signing_key: String,
+        /// Print one JSON object instead of a table row.
+        #[arg(long)]
+        json: bool,
+        /// Allow a target that is not a loopback address.
+        #[arg(long)]
+        allow_remote: bool,
+    },
     /// Audit trail tools.
     Audit {
         #[command(subcommand)]
@@ -168,6 +217,13 @@ enum AuditCommand {
 }
 
 #[derive(Clone, Copy, ValueEnum)]
+enum ScenarioArg {
+    AgentRun,
+    Replay,
+    McpCall,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
 enum OnlyArg {
     Api,
     Mcp,
@@ -224,6 +280,61 @@ async fn main() -> ExitCode {
         Command::Audit {
             command: AuditCommand::Verify { db },
         } => verify(db).await,
+        Command::Bench {
+            scenario,
+            api,
+            mcp,
+            concurrency,
+            duration,
+            requests,
+            warmup,
+            api_key,
+            signing_key,
+            json,
+            allow_remote,
+        } => {
+            let config = caseops_service::bench::BenchConfig {
+                scenario: match scenario {
+                    ScenarioArg::AgentRun => caseops_service::bench::Scenario::AgentRun,
+                    ScenarioArg::Replay => caseops_service::bench::Scenario::Replay,
+                    ScenarioArg::McpCall => caseops_service::bench::Scenario::McpCall,
+                },
+                api_url: api,
+                mcp_url: mcp,
+                api_key,
+                signing_key,
+                concurrency,
+                duration: std::time::Duration::from_secs(duration),
+                requests,
+                warmup: std::time::Duration::from_secs(warmup),
+                allow_remote,
+            };
+            match caseops_service::bench::run(config).await {
+                Ok(r) if json => {
+                    println!("{}", serde_json::to_string(&r).unwrap_or_default());
+                    Ok(())
+                }
+                Ok(r) => {
+                    println!(
+                        "scenario    conc  completed  errors     req/s    p50 ms    p95 ms    p99 ms    max ms"
+                    );
+                    println!(
+                        "{:<10} {:>5} {:>10} {:>7} {:>9.1} {:>9.3} {:>9.3} {:>9.3} {:>9.3}",
+                        r.scenario,
+                        r.concurrency,
+                        r.completed,
+                        r.errors,
+                        r.requests_per_second,
+                        r.p50_ms,
+                        r.p95_ms,
+                        r.p99_ms,
+                        r.max_ms
+                    );
+                    Ok(())
+                }
+                Err(e) => Err(e),
+            }
+        }
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -286,3 +286,33 @@ async fn an_unreachable_database_is_one_line_naming_the_url_without_its_password
     );
     assert!(!err.contains("hunter2") && !err.contains('\n'), "{err}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_runs_on_one_database_all_complete() {
+    for (backend, url) in fresh_databases("concurrent").await {
+        let (_, store, direct) = setup(&url).await;
+        let (store, direct) = (Arc::new(store), Arc::new(direct));
+        let engine = Arc::new(Engine::<Bundle>::new().unwrap());
+        let mut tasks = Vec::new();
+        for i in 0..16 {
+            let (store, direct, engine) = (store.clone(), direct.clone(), engine.clone());
+            tasks.push(tokio::spawn(async move {
+                let id = format!("c{i}");
+                store
+                    .allocate(&new_run(&id, &format!("concurrent-key-{i}"), "h"))
+                    .await
+                    .unwrap();
+                engine
+                    .start(spec(&id), &ConformancePlanner, &*direct, &*store)
+                    .await
+            }));
+        }
+        for t in tasks {
+            let out = t
+                .await
+                .unwrap()
+                .unwrap_or_else(|e| panic!("{backend}: {e}"));
+            assert_eq!(out.status, "completed", "{backend}");
+        }
+    }
+}

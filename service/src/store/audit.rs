@@ -40,6 +40,14 @@ pub(crate) async fn record_terminal(
     outcome: &Outcome,
 ) -> Result<(), DbError> {
     let (tenant, case_id, actor) = (who.tenant, who.case_id, who.actor);
+    // One appender per tenant chain at a time: on PostgreSQL a transaction-scoped
+    // advisory lock on the tenant (SQLite's BEGIN IMMEDIATE already serializes).
+    if db.dialect == super::Dialect::Postgres {
+        sqlx::query(db.sql("SELECT pg_advisory_xact_lock(hashtext(?))::text"))
+            .bind(format!("caseops-audit:{tenant}"))
+            .fetch_one(&mut **tx)
+            .await?;
+    }
     let last = sqlx::query(
         db.sql("SELECT seq, hash FROM audit_events WHERE tenant_id = ? ORDER BY seq DESC LIMIT 1"),
     )

@@ -198,6 +198,16 @@ impl Db {
         })
     }
 
+    /// A transaction that will write. On SQLite it takes the write lock up front
+    /// (`BEGIN IMMEDIATE`): a transaction that reads first and then upgrades can fail
+    /// at once with SQLITE_BUSY instead of waiting, under concurrent writers.
+    pub async fn begin_write(&self) -> Result<sqlx::Transaction<'static, sqlx::Any>, DbError> {
+        Ok(match self.dialect {
+            Dialect::Sqlite => self.pool.begin_with("BEGIN IMMEDIATE").await?,
+            Dialect::Postgres => self.pool.begin().await?,
+        })
+    }
+
     pub(crate) fn count_commit(&self) {
         self.commits.fetch_add(1, Ordering::Relaxed);
     }

@@ -10,7 +10,7 @@ use crate::tools::CaseRepository;
 
 /// Writes the reference data; rows that exist are left as they are.
 pub async fn seed(db: &Db, data: &ReferenceData) -> Result<(), DbError> {
-    let mut tx = db.pool.begin().await?;
+    let mut tx = db.begin_write().await?;
     for p in &data.policies {
         sqlx::query(db.sql("INSERT INTO claim_policies (tenant_id, policy_id, version, required) VALUES (?, ?, ?, ?) ON CONFLICT DO NOTHING"))
             .bind(&p.tenant_id)

@@ -154,7 +154,7 @@ impl SqlRunStore {
     /// pick the same run; the claim that follows is the real guard on both backends.
     pub async fn expired(&self, limit: i64) -> Result<Vec<(String, String)>, DbError> {
         let now = now_ms();
-        let mut tx = self.db.pool.begin().await?;
+        let mut tx = self.db.begin_write().await?;
         let sql = match self.db.dialect {
             super::Dialect::Postgres => {
                 "SELECT run_id, tenant_id FROM runs WHERE status = 'running' AND lease_expires_at < ? ORDER BY lease_expires_at LIMIT ? FOR UPDATE SKIP LOCKED"
@@ -331,7 +331,7 @@ impl SqlRunStore {
 
     async fn write(&self, batch: Batch) -> Result<(), DbError> {
         let db = &self.db;
-        let mut tx = db.pool.begin().await?;
+        let mut tx = db.begin_write().await?;
         let run = sqlx::query(
             db.sql("SELECT tenant_id, case_id, actor, request_id FROM runs WHERE run_id = ?"),
         )

@@ -305,15 +305,8 @@ impl<B: ContractBundle> Engine<B> {
         let now = self.now();
         let Some(pending) = run.pending.clone() else {
             return self
-                .finish(
-                    run,
-                    "needs_human",
-                    Some(reasons::UNSAFE_RESUME_POINT),
-                    None,
-                    store,
-                )
-                .await
-                .map(Some);
+                .stop(run, "needs_human", reasons::UNSAFE_RESUME_POINT, store)
+                .await;
         };
         let mut row = pending.row;
         let tool = B::tool(&row.tool_name);
@@ -338,15 +331,8 @@ impl<B: ContractBundle> Engine<B> {
                 let effects = t.effects.expect("checked");
                 let Some(confirm) = B::tool(effects.confirm_with) else {
                     return self
-                        .finish(
-                            run,
-                            "needs_human",
-                            Some(reasons::UNSAFE_RESUME_POINT),
-                            None,
-                            store,
-                        )
-                        .await
-                        .map(Some);
+                        .stop(run, "needs_human", reasons::UNSAFE_RESUME_POINT, store)
+                        .await;
                 };
                 let call = self.tool_call(run, t, &row.tool_call_id, row.arguments.clone());
                 let status = executor
@@ -355,16 +341,10 @@ impl<B: ContractBundle> Engine<B> {
                     .unwrap_or(EffectStatus::Unknown);
                 self.settle_unknown(run, t, row, status, store).await
             }
-            _ => self
-                .finish(
-                    run,
-                    "needs_human",
-                    Some(reasons::UNSAFE_RESUME_POINT),
-                    None,
-                    store,
-                )
-                .await
-                .map(Some),
+            _ => {
+                self.stop(run, "needs_human", reasons::UNSAFE_RESUME_POINT, store)
+                    .await
+            }
         }
     }
 
@@ -399,15 +379,8 @@ impl<B: ContractBundle> Engine<B> {
                         row.error_class = Some("contract".into());
                         row.error_code = Some(reasons::CONTRACT_VIOLATION.into());
                         run.record(row);
-                        self.finish(
-                            run,
-                            "failed",
-                            Some(reasons::CONTRACT_VIOLATION),
-                            None,
-                            store,
-                        )
-                        .await
-                        .map(Some)
+                        self.stop(run, "failed", reasons::CONTRACT_VIOLATION, store)
+                            .await
                     }
                 }
             }
@@ -438,9 +411,7 @@ impl<B: ContractBundle> Engine<B> {
                 } else {
                     "needs_human"
                 };
-                self.finish(run, to, Some(reasons::EFFECT_UNKNOWN), None, store)
-                    .await
-                    .map(Some)
+                self.stop(run, to, reasons::EFFECT_UNKNOWN, store).await
             }
         }
     }
@@ -551,6 +522,19 @@ impl<B: ContractBundle> Engine<B> {
         Ok(())
     }
 
+    /// Ends the run in `to` with `reason` (for stages that return `Option<Outcome>`).
+    async fn stop<St: RunStore>(
+        &self,
+        run: &mut Run<B::State>,
+        to: &str,
+        reason: &str,
+        store: &St,
+    ) -> Result<Option<Outcome>, RuntimeError> {
+        self.finish(run, to, Some(reason), None, store)
+            .await
+            .map(Some)
+    }
+
     /// Moves to a terminal state and commits the outcome with it.
     async fn finish<St: RunStore>(
         &self,
@@ -648,10 +632,7 @@ impl<B: ContractBundle> Engine<B> {
         store: &St,
     ) -> Result<Option<Outcome>, RuntimeError> {
         if let Some(reason) = run.controls.exhausted(&self.budgets, self.now()) {
-            return self
-                .finish(run, "stopped", Some(reason), None, store)
-                .await
-                .map(Some);
+            return self.stop(run, "stopped", reason, store).await;
         }
         self.commit(run, CommitPoint::BeforePlanner, store).await?;
         let view = self.view(run);
@@ -659,18 +640,16 @@ impl<B: ContractBundle> Engine<B> {
             Ok(raw) => raw,
             Err(_) => {
                 return self
-                    .finish(run, "failed", Some(reasons::PLANNER_ERROR), None, store)
-                    .await
-                    .map(Some);
+                    .stop(run, "failed", reasons::PLANNER_ERROR, store)
+                    .await;
             }
         };
         let (decision, usage) = match protocol::parse::<B>(&raw) {
             Ok(d) => d,
             Err(_) => {
                 return self
-                    .finish(run, "failed", Some(reasons::PROTOCOL_ERROR), None, store)
-                    .await
-                    .map(Some);
+                    .stop(run, "failed", reasons::PROTOCOL_ERROR, store)
+                    .await;
             }
         };
         run.controls.add_usage(usage);
@@ -682,9 +661,8 @@ impl<B: ContractBundle> Engine<B> {
                 }
                 if self.validators.final_answer(&answer).is_err() {
                     return self
-                        .finish(run, "failed", Some(reasons::PROTOCOL_ERROR), None, store)
-                        .await
-                        .map(Some);
+                        .stop(run, "failed", reasons::PROTOCOL_ERROR, store)
+                        .await;
                 }
                 return self
                     .finish(run, "completed", None, Some(answer), store)
@@ -693,29 +671,15 @@ impl<B: ContractBundle> Engine<B> {
             }
             Decision::NeedsHuman { .. } => {
                 return self
-                    .finish(
-                        run,
-                        "needs_human",
-                        Some(reasons::PLANNER_NEEDS_HUMAN),
-                        None,
-                        store,
-                    )
-                    .await
-                    .map(Some);
+                    .stop(run, "needs_human", reasons::PLANNER_NEEDS_HUMAN, store)
+                    .await;
             }
             Decision::ToolCall { tool, arguments } => (tool, arguments),
         };
         if !run.controls.steps_left(&self.budgets) {
             return self
-                .finish(
-                    run,
-                    "stopped",
-                    Some(reasons::STEP_BUDGET_EXHAUSTED),
-                    None,
-                    store,
-                )
-                .await
-                .map(Some);
+                .stop(run, "stopped", reasons::STEP_BUDGET_EXHAUSTED, store)
+                .await;
         }
 
         let now = self.now();
@@ -747,15 +711,8 @@ impl<B: ContractBundle> Engine<B> {
                 reasons::REPEATED_ACTION_FINGERPRINT,
             );
             return self
-                .finish(
-                    run,
-                    "stopped",
-                    Some(reasons::REPEATED_ACTION_FINGERPRINT),
-                    None,
-                    store,
-                )
-                .await
-                .map(Some);
+                .stop(run, "stopped", reasons::REPEATED_ACTION_FINGERPRINT, store)
+                .await;
         }
         if self.validators.arguments(tool.name, &arguments).is_err() {
             deny(
@@ -766,9 +723,8 @@ impl<B: ContractBundle> Engine<B> {
                 reasons::INVALID_ARGUMENTS,
             );
             return self
-                .finish(run, "failed", Some(reasons::INVALID_ARGUMENTS), None, store)
-                .await
-                .map(Some);
+                .stop(run, "failed", reasons::INVALID_ARGUMENTS, store)
+                .await;
         }
         if run.principal.is_none() {
             run.principal = self
@@ -785,10 +741,7 @@ impl<B: ContractBundle> Engine<B> {
         };
         if let AuthzDecision::Deny { reason, .. } = decision {
             deny(run, row, CallStatus::Denied, "authorization", &reason);
-            return self
-                .finish(run, "needs_human", Some(&reason), None, store)
-                .await
-                .map(Some);
+            return self.stop(run, "needs_human", &reason, store).await;
         }
         if capability_filter::hidden_because(
             &run.spec,
@@ -807,15 +760,8 @@ impl<B: ContractBundle> Engine<B> {
                 reasons::TOOL_NOT_VISIBLE,
             );
             return self
-                .finish(
-                    run,
-                    "needs_human",
-                    Some(reasons::TOOL_NOT_VISIBLE),
-                    None,
-                    store,
-                )
-                .await
-                .map(Some);
+                .stop(run, "needs_human", reasons::TOOL_NOT_VISIBLE, store)
+                .await;
         }
         row.status = CallStatus::Authorized;
         run.record(row.clone());
@@ -846,15 +792,8 @@ impl<B: ContractBundle> Engine<B> {
                         "contract",
                         reasons::CONTRACT_VIOLATION,
                     );
-                    self.finish(
-                        run,
-                        "failed",
-                        Some(reasons::CONTRACT_VIOLATION),
-                        None,
-                        store,
-                    )
-                    .await
-                    .map(Some)
+                    self.stop(run, "failed", reasons::CONTRACT_VIOLATION, store)
+                        .await
                 }
             },
             Err(ExecError::UnknownEffect(_)) if tool.risk.is_write() => {
@@ -880,9 +819,7 @@ impl<B: ContractBundle> Engine<B> {
                     ExecError::Protocol(_) => ("failed", reasons::PROTOCOL_ERROR),
                     _ => ("failed", code.as_str()),
                 };
-                self.finish(run, to, Some(reason), None, store)
-                    .await
-                    .map(Some)
+                self.stop(run, to, reason, store).await
             }
         }
     }

@@ -80,6 +80,17 @@ pub struct AppState {
     pub keys: HashMap<String, ApiPrincipal>,
     pub metrics: Metrics,
     pub planner: AnyPlanner,
+    /// One driver per run inside this process (the lease guards across processes).
+    pub run_locks: std::sync::Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
+}
+
+impl AppState {
+    fn run_lock(&self, run_id: &str) -> Arc<tokio::sync::Mutex<()>> {
+        let mut locks = self.run_locks.lock().expect("run locks");
+        // Forget locks nobody holds, so the map does not grow with every run.
+        locks.retain(|_, l| Arc::strong_count(l) > 1);
+        locks.entry(run_id.to_string()).or_default().clone()
+    }
 }
 
 pub fn router(state: Arc<AppState>) -> Router {
@@ -272,7 +283,17 @@ async fn start_run(
         }
         Ok(Allocation::Existing(r)) => {
             // A run left unfinished: resume it if its lease is free or expired (its
-            // process died); never run it beside the process that holds it.
+            // process died); never run it beside the process that holds it, nor
+            // beside this process's own sweeper.
+            let lock = state.run_lock(&r.run_id);
+            let _driving = lock.lock().await;
+            match state.runs.get(&who.tenant_id, &r.run_id).await {
+                Ok(Some(now)) if SqlRunStore::outcome_of(&now).is_some() => {
+                    return (StatusCode::OK, axum::Json(run_view(&now, false))).into_response();
+                }
+                Ok(_) => {}
+                Err(e) => return internal(e),
+            }
             match state.runs.claim(&r.run_id).await {
                 Ok(true) => {}
                 Ok(false) => {
@@ -310,6 +331,8 @@ async fn start_run(
             (r, StatusCode::OK, false)
         }
         Ok(Allocation::New(r)) => {
+            let lock = state.run_lock(&r.run_id);
+            let _driving = lock.lock().await;
             state.metrics.runs_started.fetch_add(1, Ordering::Relaxed);
             if let Err(e) = state
                 .engine
@@ -359,7 +382,15 @@ pub async fn sweep(state: Arc<AppState>, every: std::time::Duration) {
         let Ok(runs) = state.runs.expired(10).await else {
             continue;
         };
-        for (run_id, _) in runs {
+        for (run_id, tenant) in runs {
+            let lock = state.run_lock(&run_id);
+            let _driving = lock.lock().await;
+            // A request may have finished it while we waited for the lock.
+            if let Ok(Some(r)) = state.runs.get(&tenant, &run_id).await
+                && SqlRunStore::outcome_of(&r).is_some()
+            {
+                continue;
+            }
             let result = state
                 .engine
                 .resume(&run_id, &state.planner, &state.executor, &state.runs)

@@ -119,6 +119,7 @@ pub async fn start(config: HostConfig) -> Result<RunningHost, HostError> {
             keys: config.keys.clone(),
             metrics: Metrics::default(),
             planner: config.planner.clone(),
+            run_locks: Default::default(),
         };
         let listener = bind(config.api_listen).await?;
         api_addr = Some(

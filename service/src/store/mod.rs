@@ -179,8 +179,14 @@ impl Db {
 
     /// The SQL for this dialect: `?` placeholders become `$1, $2, …` on PostgreSQL.
     pub fn sql(&self, sql: &'static str) -> AssertSqlSafe<String> {
+        self.sql_built(sql.to_string())
+    }
+
+    /// Like [`Db::sql`] for SQL assembled at run time from fixed fragments only
+    /// (e.g. a multi-row `VALUES` list); values are always bound, never spliced.
+    pub fn sql_built(&self, sql: String) -> AssertSqlSafe<String> {
         AssertSqlSafe(match self.dialect {
-            Dialect::Sqlite => sql.to_string(),
+            Dialect::Sqlite => sql,
             Dialect::Postgres => {
                 let mut out = String::with_capacity(sql.len() + 8);
                 let mut n = 0;

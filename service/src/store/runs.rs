@@ -343,19 +343,26 @@ impl SqlRunStore {
             message: format!("no run `{}`", batch.run_id),
         })?;
         let tenant: String = run.try_get("tenant_id")?;
-        for cp in &batch.checkpoints {
-            let snapshot = (!cp.snapshot.is_null()).then(|| cp.snapshot.to_string());
-            // The primary key (run_id, sequence) refuses a duplicated sequence.
-            sqlx::query(db.sql("INSERT INTO checkpoints (run_id, sequence, from_state, to_state, at_ms, reason, snapshot) VALUES (?, ?, ?, ?, ?, ?, ?)"))
-                .bind(&cp.run_id)
-                .bind(cp.sequence as i64)
-                .bind(&cp.from)
-                .bind(&cp.to)
-                .bind(cp.at_ms as i64)
-                .bind(&cp.reason)
-                .bind(snapshot)
-                .execute(&mut *tx)
-                .await?;
+        if !batch.checkpoints.is_empty() {
+            // One statement for the batch's checkpoints; the primary key
+            // (run_id, sequence) still refuses a duplicated sequence.
+            let tuples = vec!["(?, ?, ?, ?, ?, ?, ?)"; batch.checkpoints.len()].join(", ");
+            let sql = format!(
+                "INSERT INTO checkpoints (run_id, sequence, from_state, to_state, at_ms, reason, snapshot) VALUES {tuples}"
+            );
+            let mut query = sqlx::query(db.sql_built(sql));
+            for cp in &batch.checkpoints {
+                let snapshot = (!cp.snapshot.is_null()).then(|| cp.snapshot.to_string());
+                query = query
+                    .bind(&cp.run_id)
+                    .bind(cp.sequence as i64)
+                    .bind(&cp.from)
+                    .bind(&cp.to)
+                    .bind(cp.at_ms as i64)
+                    .bind(&cp.reason)
+                    .bind(snapshot);
+            }
+            query.execute(&mut *tx).await?;
         }
         for row in &batch.ledger {
             sqlx::query(db.sql(

@@ -34,6 +34,16 @@ pub enum AuthzDecision {
     },
 }
 
+impl AuthzDecision {
+    /// A request Cedar could not evaluate is denied, never allowed.
+    pub fn unevaluable(message: String) -> Self {
+        AuthzDecision::Deny {
+            reason: AUTHORIZATION_ERROR.into(),
+            policies: vec![message],
+        }
+    }
+}
+
 #[derive(Debug, thiserror::Error)]
 #[error("the bundle's cedar {what} does not load: {message}")]
 pub struct AuthzLoadError {
@@ -100,10 +110,7 @@ impl Authorization {
     ) -> AuthzDecision {
         match self.principal(spec, stage, std::slice::from_ref(tool)) {
             Ok(p) => self.authorize_as(&p, tool, arguments),
-            Err(message) => AuthzDecision::Deny {
-                reason: AUTHORIZATION_ERROR.into(),
-                policies: vec![message],
-            },
+            Err(message) => AuthzDecision::unevaluable(message),
         }
     }
 
@@ -127,10 +134,7 @@ impl Authorization {
         }
         match self.evaluate(principal, tool, arguments) {
             Ok(d) => d,
-            Err(message) => AuthzDecision::Deny {
-                reason: AUTHORIZATION_ERROR.into(),
-                policies: vec![message],
-            },
+            Err(message) => AuthzDecision::unevaluable(message),
         }
     }
 

@@ -7,9 +7,7 @@ use std::sync::Arc;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
-use crate::authorization::{
-    AUTHORIZATION_ERROR, Authorization, AuthzDecision, AuthzLoadError, Principal,
-};
+use crate::authorization::{Authorization, AuthzDecision, AuthzLoadError, Principal};
 use crate::bundle::ContractBundle;
 use crate::capability_filter::{self, Health};
 use crate::context::{PlannerView, build_view};
@@ -734,10 +732,7 @@ impl<B: ContractBundle> Engine<B> {
         }
         let decision = match &run.principal {
             Some(p) => self.authorization.authorize_as(p, tool, &arguments),
-            None => AuthzDecision::Deny {
-                reason: AUTHORIZATION_ERROR.into(),
-                policies: Vec::new(),
-            },
+            None => AuthzDecision::unevaluable("the run's entities could not be built".into()),
         };
         if let AuthzDecision::Deny { reason, .. } = decision {
             deny(run, row, CallStatus::Denied, "authorization", &reason);

@@ -507,6 +507,14 @@ async fn verify(db: DbArgs) -> Result<(), String> {
     }
 }
 
+/// The JSON body of a response, with any transport or decoding failure as a message.
+async fn json_body(
+    response: impl std::future::Future<Output = Result<reqwest::Response, reqwest::Error>>,
+) -> Result<Value, String> {
+    let response = response.await.map_err(|e| e.to_string())?;
+    response.json().await.map_err(|e| e.to_string())
+}
+
 async fn demo(database: Option<String>) -> Result<(), String> {
     let started = std::time::Instant::now();
     let temp = std::env::temp_dir().join(format!("caseops-demo-{}", uuid::Uuid::new_v4()));
@@ -545,14 +553,7 @@ async fn demo(database: Option<String>) -> Result<(), String> {
     println!("  mcp       {}", running.mcp_url);
 
     let http = reqwest::Client::new();
-    let ready: Value = http
-        .get(format!("{api}/health/ready"))
-        .send()
-        .await
-        .map_err(|e| e.to_string())?
-        .json()
-        .await
-        .map_err(|e| e.to_string())?;
+    let ready: Value = json_body(http.get(format!("{api}/health/ready")).send()).await?;
     if ready["status"] != "ready" {
         return Err(format!("the service is not ready: {ready}"));
     }
@@ -577,18 +578,8 @@ async fn demo(database: Option<String>) -> Result<(), String> {
             .header("x-api-key", "dev-key-tenant-demo")
             .send()
     };
-    let ledger: Value = get("/tool-executions".into())
-        .await
-        .map_err(|e| e.to_string())?
-        .json()
-        .await
-        .map_err(|e| e.to_string())?;
-    let checkpoints: Value = get("/checkpoints".into())
-        .await
-        .map_err(|e| e.to_string())?
-        .json()
-        .await
-        .map_err(|e| e.to_string())?;
+    let ledger: Value = json_body(get("/tool-executions".into())).await?;
+    let checkpoints: Value = json_body(get("/checkpoints".into())).await?;
 
     println!();
     println!(
@@ -625,13 +616,7 @@ async fn demo(database: Option<String>) -> Result<(), String> {
         serde_json::to_string_pretty(&run["result"]).unwrap_or_default()
     );
 
-    let replay: Value = post()
-        .send()
-        .await
-        .map_err(|e| e.to_string())?
-        .json()
-        .await
-        .map_err(|e| e.to_string())?;
+    let replay: Value = json_body(post().send()).await?;
     println!();
     println!(
         "replay with the same Idempotency-Key: run_id {} (same: {}), replayed: {}",

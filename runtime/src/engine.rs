@@ -767,7 +767,9 @@ impl<B: ContractBundle> Engine<B> {
         run.record(row.clone());
         run.pending = Some(Pending { row: row.clone() });
         run.go(state("tool_running"), None, now)?;
-        self.commit(run, CommitPoint::BeforeTool, store).await?;
+        let read_only = tool.risk == crate::contract::Risk::ReadOnly;
+        self.commit(run, CommitPoint::BeforeTool { read_only }, store)
+            .await?;
 
         let call = self.tool_call(run, tool, &id, arguments.clone());
         let executed = execution::execute(executor, call.clone(), &self.budgets).await;

@@ -17,9 +17,28 @@ pub enum CommitPoint {
     /// The state is durable before the planner (an external call) runs.
     BeforePlanner,
     /// The state is durable before a tool (an external call) runs.
-    BeforeTool,
+    BeforeTool { read_only: bool },
     /// The run ended; the outcome is durable with its terminal checkpoint.
     Terminal,
+}
+
+impl CommitPoint {
+    /// Whether the commit must reach stable storage before the store returns.
+    ///
+    /// Every commit is atomic and visible at once. But what follows a commit before
+    /// the planner or before a read-only tool may safely happen twice, so a store
+    /// may let that commit reach the disk a moment later (PostgreSQL's
+    /// `synchronous_commit = off`): if the database crashes and loses it, recovery
+    /// resumes from the last flushed checkpoint and repeats the step, as it repeats
+    /// an interrupted read anyway. Before a write and at the terminal state it must
+    /// be flushed; a flushed commit also flushes every commit before it.
+    pub fn must_flush(self) -> bool {
+        match self {
+            CommitPoint::BeforePlanner => false,
+            CommitPoint::BeforeTool { read_only } => !read_only,
+            CommitPoint::Terminal => true,
+        }
+    }
 }
 
 /// What one commit point writes.
@@ -120,5 +139,18 @@ impl RunStore for MemoryStore {
 
     async fn load(&self, run_id: &str) -> Result<Option<StoredRun>, StoreError> {
         Ok(self.get(run_id))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::CommitPoint;
+
+    #[test]
+    fn only_commits_before_a_write_and_at_the_end_must_be_flushed() {
+        assert!(!CommitPoint::BeforePlanner.must_flush());
+        assert!(!CommitPoint::BeforeTool { read_only: true }.must_flush());
+        assert!(CommitPoint::BeforeTool { read_only: false }.must_flush());
+        assert!(CommitPoint::Terminal.must_flush());
     }
 }

@@ -465,7 +465,7 @@ async fn get_checkpoints(
 }
 
 async fn ready(State(state): State<Arc<AppState>>) -> Response {
-    let db = sqlx::query("SELECT 1").execute(&state.runs.db.pool).await;
+    let db = state.runs.db.fetch_optional("SELECT 1", &[]).await;
     let mcp = state.executor.check_listing().await;
     match (db, mcp) {
         (Ok(_), Ok(())) => {

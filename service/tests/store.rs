@@ -192,15 +192,19 @@ async fn the_audit_chain_detects_an_edited_or_deleted_event() {
             audit::verify(&db).await.unwrap().problems,
             Vec::<String>::new()
         );
-        sqlx::query(db.sql("UPDATE audit_events SET payload = REPLACE(payload, 'completed', 'failed') WHERE seq = 2")).execute(&db.pool).await.unwrap();
+        db.execute(
+            "UPDATE audit_events SET payload = REPLACE(payload, 'completed', 'failed') WHERE seq = 2",
+            &[],
+        )
+        .await
+        .unwrap();
         let v = audit::verify(&db).await.unwrap();
         assert!(
             v.problems.iter().any(|p| p.contains("event 2 was altered")),
             "{backend}: {:?}",
             v.problems
         );
-        sqlx::query(db.sql("DELETE FROM audit_events WHERE seq = 2"))
-            .execute(&db.pool)
+        db.execute("DELETE FROM audit_events WHERE seq = 2", &[])
             .await
             .unwrap();
         let v = audit::verify(&db).await.unwrap();
@@ -209,9 +213,12 @@ async fn the_audit_chain_detects_an_edited_or_deleted_event() {
             "{backend}: {:?}",
             v.problems
         );
-        let outbox: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM outbox_events")
-            .fetch_one(&db.pool)
+        let outbox: i64 = db
+            .fetch_optional("SELECT COUNT(*) AS n FROM outbox_events", &[])
             .await
+            .unwrap()
+            .unwrap()
+            .get("n")
             .unwrap();
         assert_eq!(outbox, 3, "{backend}: one outbox event per terminal run");
     }

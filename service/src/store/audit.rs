@@ -1,12 +1,12 @@
 //! Audit events (append-only, hash-chained per tenant) and outbox events, written in
 //! the same transaction as a run's terminal checkpoint.
 
+use super::sql::Tx;
+use super::{Db, DbError, now_ms};
+use crate::params;
 use caseops_runtime::Outcome;
 use caseops_runtime::fingerprint::{canonical_json, sha256_hex};
 use serde_json::{Value, json};
-use sqlx::{Any, Row, Transaction};
-
-use super::{Db, DbError, now_ms};
 
 pub const RUN_EVENT: &str = "agent.run";
 pub const COMPLETED_TOPIC: &str = "case.agent-run.completed.v1";
@@ -35,7 +35,7 @@ pub(crate) struct Who<'a> {
 
 pub(crate) async fn record_terminal(
     db: &Db,
-    tx: &mut Transaction<'static, Any>,
+    tx: &mut Tx,
     who: &Who<'_>,
     outcome: &Outcome,
 ) -> Result<(), DbError> {
@@ -43,19 +43,20 @@ pub(crate) async fn record_terminal(
     // One appender per tenant chain at a time: on PostgreSQL a transaction-scoped
     // advisory lock on the tenant (SQLite's BEGIN IMMEDIATE already serializes).
     if db.dialect == super::Dialect::Postgres {
-        sqlx::query(db.sql("SELECT pg_advisory_xact_lock(hashtext(?))::text"))
-            .bind(format!("caseops-audit:{tenant}"))
-            .fetch_one(&mut **tx)
-            .await?;
+        tx.fetch_optional(
+            "SELECT pg_advisory_xact_lock(hashtext(?))::text",
+            &params![format!("caseops-audit:{tenant}")],
+        )
+        .await?;
     }
-    let last = sqlx::query(
-        db.sql("SELECT seq, hash FROM audit_events WHERE tenant_id = ? ORDER BY seq DESC LIMIT 1"),
-    )
-    .bind(tenant)
-    .fetch_optional(&mut **tx)
-    .await?;
+    let last = tx
+        .fetch_optional(
+            "SELECT seq, hash FROM audit_events WHERE tenant_id = ? ORDER BY seq DESC LIMIT 1",
+            &params![tenant],
+        )
+        .await?;
     let (prev_seq, prev_hash) = match last {
-        Some(r) => (r.try_get::<i64, _>("seq")?, r.try_get::<String, _>("hash")?),
+        Some(r) => (r.get::<i64>("seq")?, r.get::<String>("hash")?),
         None => (0, GENESIS.to_string()),
     };
     let seq = prev_seq + 1;
@@ -71,17 +72,7 @@ pub(crate) async fn record_terminal(
     });
     let hash = event_hash(&prev_hash, seq, RUN_EVENT, &outcome.run_id, &payload);
     let now = now_ms();
-    sqlx::query(db.sql("INSERT INTO audit_events (tenant_id, seq, event_id, run_id, kind, payload, prev_hash, hash, at_ms) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"))
-        .bind(tenant)
-        .bind(seq)
-        .bind(uuid::Uuid::new_v4().to_string())
-        .bind(&outcome.run_id)
-        .bind(RUN_EVENT)
-        .bind(payload.to_string())
-        .bind(&prev_hash)
-        .bind(&hash)
-        .bind(now)
-        .execute(&mut **tx)
+    tx.execute("INSERT INTO audit_events (tenant_id, seq, event_id, run_id, kind, payload, prev_hash, hash, at_ms) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)", &params![tenant, seq, uuid::Uuid::new_v4().to_string(), &outcome.run_id, RUN_EVENT, payload.to_string(), &prev_hash, &hash, now])
         .await?;
     let event = json!({
         "type": COMPLETED_TOPIC,
@@ -93,14 +84,7 @@ pub(crate) async fn record_terminal(
         "stop_reason": outcome.stop_reason,
         "result": outcome.final_answer,
     });
-    sqlx::query(db.sql("INSERT INTO outbox_events (event_id, tenant_id, run_id, topic, payload, created_at) VALUES (?, ?, ?, ?, ?, ?)"))
-        .bind(uuid::Uuid::new_v4().to_string())
-        .bind(tenant)
-        .bind(&outcome.run_id)
-        .bind(COMPLETED_TOPIC)
-        .bind(event.to_string())
-        .bind(now)
-        .execute(&mut **tx)
+    tx.execute("INSERT INTO outbox_events (event_id, tenant_id, run_id, topic, payload, created_at) VALUES (?, ?, ?, ?, ?, ?)", &params![uuid::Uuid::new_v4().to_string(), tenant, &outcome.run_id, COMPLETED_TOPIC, event.to_string(), now])
         .await?;
     Ok(())
 }
@@ -116,19 +100,18 @@ pub struct Verification {
 
 /// Recomputes every tenant's chain: an edited, inserted or deleted event breaks it.
 pub async fn verify(db: &Db) -> Result<Verification, DbError> {
-    let rows = sqlx::query(db.sql("SELECT tenant_id, seq, run_id, kind, payload, prev_hash, hash FROM audit_events ORDER BY tenant_id, seq"))
-        .fetch_all(&db.pool)
+    let rows = db.fetch_all("SELECT tenant_id, seq, run_id, kind, payload, prev_hash, hash FROM audit_events ORDER BY tenant_id, seq", &[])
         .await?;
     let mut v = Verification::default();
     let mut current: Option<(String, i64, String)> = None;
     for r in &rows {
-        let tenant: String = r.try_get("tenant_id")?;
-        let seq: i64 = r.try_get("seq")?;
-        let prev_hash: String = r.try_get("prev_hash")?;
-        let hash: String = r.try_get("hash")?;
-        let kind: String = r.try_get("kind")?;
-        let run_id: String = r.try_get("run_id")?;
-        let payload: String = r.try_get("payload")?;
+        let tenant: String = r.get("tenant_id")?;
+        let seq: i64 = r.get("seq")?;
+        let prev_hash: String = r.get("prev_hash")?;
+        let hash: String = r.get("hash")?;
+        let kind: String = r.get("kind")?;
+        let run_id: String = r.get("run_id")?;
+        let payload: String = r.get("payload")?;
         v.events += 1;
         let (expected_seq, expected_prev) = match &current {
             Some((t, s, h)) if *t == tenant => (s + 1, h.clone()),

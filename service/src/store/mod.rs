@@ -1,15 +1,20 @@
-//! Durable runs on SQLite (embedded default) or PostgreSQL, through one `sqlx` Any
-//! pool. Queries are written once with `?` placeholders; PostgreSQL gets `$n`.
+//! Durable runs on SQLite (embedded default, through rusqlite) or PostgreSQL
+//! (through sqlx). Queries are written once with `?` placeholders; PostgreSQL gets
+//! `$n`; `sql.rs` runs them on either.
 
 pub mod audit;
 pub mod reference;
 pub mod runs;
+pub mod sql;
 
+use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
+use sqlx::SqlStr;
 use sqlx::any::{AnyPoolOptions, install_default_drivers};
 use sqlx::migrate::{Migration, MigrationSource, MigrationType, Migrator};
-use sqlx::{AnyPool, AssertSqlSafe, SqlStr};
+
+use sql::{Backend, Param, Row, Tx};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Dialect {
@@ -25,6 +30,8 @@ pub enum DbError {
     Migrate(String),
     #[error("database error: {0}")]
     Query(#[from] sqlx::Error),
+    #[error("database error: {0}")]
+    Sqlite(#[from] rusqlite::Error),
     #[error("corrupt row in `{table}`: {message}")]
     Corrupt {
         table: &'static str,
@@ -32,12 +39,12 @@ pub enum DbError {
     },
 }
 
-/// A pool plus the dialect it speaks.
+/// Connections plus the dialect they speak.
 #[derive(Debug, Clone)]
 pub struct Db {
-    pub pool: AnyPool,
+    backend: Arc<Backend>,
     pub dialect: Dialect,
-    commits: std::sync::Arc<AtomicUsize>,
+    commits: Arc<AtomicUsize>,
 }
 
 /// `postgres://user:secret@host/db` → `postgres://user:***@host/db` for messages.
@@ -115,51 +122,38 @@ impl MigrationSource<'static> for Embedded {
 
 impl Db {
     /// Opens (creating a SQLite file if needed) and migrates. `url` is
-    /// `sqlite:///path/to/file.db` or `postgres://…`.
+    /// `sqlite:///path/to/file.db`, `sqlite://relative.db` or `postgres://…`.
     pub async fn connect(url: &str, max_connections: u32) -> Result<Self, DbError> {
-        install_default_drivers();
-        let dialect = if url.starts_with("postgres:") || url.starts_with("postgresql:") {
-            Dialect::Postgres
-        } else if url.starts_with("sqlite:") {
-            Dialect::Sqlite
-        } else {
-            return Err(DbError::Connect {
-                url: redact(url),
-                message: "expected a `sqlite:` or `postgres://` URL".into(),
-            });
+        let connect_error = |message: String| DbError::Connect {
+            url: redact(url),
+            message,
         };
-        let url_with_mode = match dialect {
-            Dialect::Sqlite if !url.contains("mode=") => {
-                let sep = if url.contains('?') { '&' } else { '?' };
-                format!("{url}{sep}mode=rwc")
+        let (dialect, backend) = if url.starts_with("postgres:") || url.starts_with("postgresql:") {
+            install_default_drivers();
+            let pool = AnyPoolOptions::new()
+                .max_connections(max_connections)
+                .acquire_timeout(std::time::Duration::from_secs(5))
+                .connect(url)
+                .await
+                .map_err(|e| connect_error(e.to_string()))?;
+            (Dialect::Postgres, Backend::Postgres(pool))
+        } else if let Some(rest) = url.strip_prefix("sqlite:") {
+            let path = sqlite_path(rest);
+            if path.is_empty() || path == ":memory:" {
+                return Err(connect_error(
+                    "expected a file path (an in-memory database would not be shared by its connections)".into(),
+                ));
             }
-            _ => url.to_string(),
+            let sqlite = sql::Sqlite::open(path, max_connections as usize)
+                .map_err(|e| connect_error(e.to_string()))?;
+            (Dialect::Sqlite, Backend::Sqlite(sqlite))
+        } else {
+            return Err(connect_error(
+                "expected a `sqlite:` or `postgres://` URL".into(),
+            ));
         };
-        let mut options = AnyPoolOptions::new()
-            .max_connections(max_connections)
-            .acquire_timeout(std::time::Duration::from_secs(5));
-        if dialect == Dialect::Sqlite {
-            options = options.after_connect(|conn, _| {
-                Box::pin(async move {
-                    use sqlx::Executor;
-                    // WAL lets readers run beside the writer; a busy writer is waited for.
-                    conn.execute("PRAGMA journal_mode = WAL").await?;
-                    conn.execute("PRAGMA busy_timeout = 5000").await?;
-                    conn.execute("PRAGMA synchronous = NORMAL").await?;
-                    conn.execute("PRAGMA foreign_keys = ON").await?;
-                    Ok(())
-                })
-            });
-        }
-        let pool = options
-            .connect(&url_with_mode)
-            .await
-            .map_err(|e| DbError::Connect {
-                url: redact(url),
-                message: e.to_string(),
-            })?;
         let db = Db {
-            pool,
+            backend: Arc::new(backend),
             dialect,
             commits: Default::default(),
         };
@@ -168,50 +162,41 @@ impl Db {
     }
 
     pub async fn migrate(&self) -> Result<(), DbError> {
-        let migrator = Migrator::new(Embedded(self.dialect))
-            .await
-            .map_err(|e| DbError::Migrate(e.to_string()))?;
-        migrator
-            .run(&self.pool)
-            .await
-            .map_err(|e| DbError::Migrate(e.to_string()))
-    }
-
-    /// The SQL for this dialect: `?` placeholders become `$1, $2, …` on PostgreSQL.
-    pub fn sql(&self, sql: &'static str) -> AssertSqlSafe<String> {
-        self.sql_built(sql.to_string())
-    }
-
-    /// Like [`Db::sql`] for SQL assembled at run time from fixed fragments only
-    /// (e.g. a multi-row `VALUES` list); values are always bound, never spliced.
-    pub fn sql_built(&self, sql: String) -> AssertSqlSafe<String> {
-        AssertSqlSafe(match self.dialect {
-            Dialect::Sqlite => sql,
-            Dialect::Postgres => {
-                let mut out = String::with_capacity(sql.len() + 8);
-                let mut n = 0;
-                for c in sql.chars() {
-                    if c == '?' {
-                        n += 1;
-                        out.push('$');
-                        out.push_str(&n.to_string());
-                    } else {
-                        out.push(c);
-                    }
-                }
-                out
+        let fail = |e: &dyn std::fmt::Display| DbError::Migrate(e.to_string());
+        match &*self.backend {
+            Backend::Postgres(pool) => {
+                let migrator = Migrator::new(Embedded(Dialect::Postgres))
+                    .await
+                    .map_err(|e| fail(&e))?;
+                migrator.run(pool).await.map_err(|e| fail(&e))
             }
-        })
+            Backend::Sqlite(s) => {
+                let mut conn = s.writer().await;
+                migrate_sqlite(&mut conn).map_err(|e| fail(&e))
+            }
+        }
     }
 
-    /// A transaction that will write. On SQLite it takes the write lock up front
-    /// (`BEGIN IMMEDIATE`): a transaction that reads first and then upgrades can fail
-    /// at once with SQLITE_BUSY instead of waiting, under concurrent writers.
-    pub async fn begin_write(&self) -> Result<sqlx::Transaction<'static, sqlx::Any>, DbError> {
-        Ok(match self.dialect {
-            Dialect::Sqlite => self.pool.begin_with("BEGIN IMMEDIATE").await?,
-            Dialect::Postgres => self.pool.begin().await?,
-        })
+    pub async fn fetch_all(&self, sql: &str, params: &[Param]) -> Result<Vec<Row>, DbError> {
+        self.backend.fetch_all(sql, params).await
+    }
+
+    pub async fn fetch_optional(
+        &self,
+        sql: &str,
+        params: &[Param],
+    ) -> Result<Option<Row>, DbError> {
+        Ok(self.fetch_all(sql, params).await?.into_iter().next())
+    }
+
+    /// One statement outside any transaction; returns the rows it changed.
+    pub async fn execute(&self, sql: &str, params: &[Param]) -> Result<u64, DbError> {
+        self.backend.execute(sql, params).await
+    }
+
+    /// A write transaction (on SQLite it holds the write lock from its start).
+    pub async fn begin_write(&self) -> Result<Tx, DbError> {
+        self.backend.begin_write().await
     }
 
     pub(crate) fn count_commit(&self) {
@@ -222,6 +207,39 @@ impl Db {
     pub fn commits(&self) -> usize {
         self.commits.load(Ordering::Relaxed)
     }
+}
+
+/// `sqlite:///abs/path.db?mode=rwc` → `/abs/path.db`; `sqlite://rel.db` → `rel.db`.
+fn sqlite_path(rest: &str) -> &str {
+    let rest = rest.split('?').next().unwrap_or_default();
+    rest.strip_prefix("//").unwrap_or(rest)
+}
+
+/// Applies the embedded SQLite migrations past the file's `user_version`, each in
+/// its own transaction with the version bump.
+fn migrate_sqlite(conn: &mut rusqlite::Connection) -> Result<(), rusqlite::Error> {
+    for (version, _, sql) in SQLITE {
+        // Read the version inside the write lock: two processes may start together.
+        let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
+        let mut current: i64 = tx.pragma_query_value(None, "user_version", |r| r.get(0))?;
+        if current == 0 {
+            // Files created by earlier builds recorded migrations in sqlx's table.
+            current = tx
+                .query_row(
+                    "SELECT MAX(version) FROM _sqlx_migrations WHERE success",
+                    [],
+                    |r| r.get::<_, Option<i64>>(0),
+                )
+                .unwrap_or(None)
+                .unwrap_or(0);
+        }
+        if *version > current {
+            tx.execute_batch(sql)?;
+            tx.pragma_update(None, "user_version", version)?;
+        }
+        tx.commit()?;
+    }
+    Ok(())
 }
 
 pub fn now_ms() -> i64 {
@@ -243,5 +261,44 @@ mod tests {
         );
         assert_eq!(redact("postgres://app@db/x"), "postgres://app@db/x");
         assert_eq!(redact("sqlite:///tmp/a.db"), "sqlite:///tmp/a.db");
+    }
+
+    #[test]
+    fn sqlite_urls_name_absolute_and_relative_files() {
+        assert_eq!(sqlite_path("///tmp/a.db?mode=rwc"), "/tmp/a.db");
+        assert_eq!(sqlite_path("//caseops.db"), "caseops.db");
+        assert_eq!(sqlite_path("caseops.db"), "caseops.db");
+    }
+
+    #[tokio::test]
+    async fn reopening_a_sqlite_file_does_not_reapply_migrations() {
+        let dir = std::env::temp_dir().join(format!("caseops-migrate-{}", uuid::Uuid::new_v4()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let url = format!("sqlite://{}", dir.join("m.db").display());
+        let first = Db::connect(&url, 1).await.unwrap();
+        first
+            .execute(
+                "INSERT INTO cases (tenant_id, case_id, version, status, policy_id, policy_version, received_codes) VALUES ('t', 'C-1', 1, 'open', 'p', '1', '[]')",
+                &[],
+            )
+            .await
+            .unwrap();
+        drop(first);
+        let again = Db::connect(&url, 1).await.unwrap();
+        let kept = again
+            .fetch_optional("SELECT case_id FROM cases WHERE tenant_id = 't'", &[])
+            .await
+            .unwrap();
+        assert!(kept.is_some(), "the second open kept the first one's rows");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[tokio::test]
+    async fn an_in_memory_sqlite_url_is_refused_with_the_reason() {
+        let err = Db::connect("sqlite::memory:", 1)
+            .await
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("in-memory"), "{err}");
     }
 }

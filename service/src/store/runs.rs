@@ -2,12 +2,12 @@
 //! transaction per commit point (checkpoints, ledger rows, run record, and at the
 //! terminal state the audit and outbox events too).
 
+use super::sql::Row;
+use super::{Db, DbError, audit, now_ms};
+use crate::params;
 use caseops_runtime::store::{Batch, StoreError, StoredRun};
 use caseops_runtime::{CallStatus, Checkpoint, LedgerRow, Outcome, RunSpec, RunStore};
 use serde_json::Value;
-use sqlx::Row;
-
-use super::{Db, DbError, audit, now_ms};
 
 /// A run as the API shows it.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
@@ -86,26 +86,26 @@ fn status_of(s: &str) -> Result<CallStatus, DbError> {
     })
 }
 
-fn record(row: &sqlx::any::AnyRow) -> Result<RunRecord, DbError> {
-    let spec: String = row.try_get("spec")?;
+fn record(row: &Row) -> Result<RunRecord, DbError> {
+    let spec: String = row.get("spec")?;
     Ok(RunRecord {
-        run_id: row.try_get("run_id")?,
-        tenant_id: row.try_get("tenant_id")?,
-        case_id: row.try_get("case_id")?,
-        actor: row.try_get("actor")?,
-        idempotency_key: row.try_get("idempotency_key")?,
-        request_hash: row.try_get("request_hash")?,
-        goal: row.try_get("goal")?,
-        planner_kind: row.try_get("planner_kind")?,
-        model: row.try_get("model")?,
-        status: row.try_get("status")?,
-        state: row.try_get("state")?,
-        step_count: row.try_get("step_count")?,
-        final_result: parse_json(row.try_get("final_result")?, "runs")?,
-        stop_reason: row.try_get("stop_reason")?,
-        bundle_digest: row.try_get("bundle_digest")?,
-        created_at: row.try_get("created_at")?,
-        updated_at: row.try_get("updated_at")?,
+        run_id: row.get("run_id")?,
+        tenant_id: row.get("tenant_id")?,
+        case_id: row.get("case_id")?,
+        actor: row.get("actor")?,
+        idempotency_key: row.get("idempotency_key")?,
+        request_hash: row.get("request_hash")?,
+        goal: row.get("goal")?,
+        planner_kind: row.get("planner_kind")?,
+        model: row.get("model")?,
+        status: row.get("status")?,
+        state: row.get("state")?,
+        step_count: row.get("step_count")?,
+        final_result: parse_json(row.get("final_result")?, "runs")?,
+        stop_reason: row.get("stop_reason")?,
+        bundle_digest: row.get("bundle_digest")?,
+        created_at: row.get("created_at")?,
+        updated_at: row.get("updated_at")?,
         spec: Some(serde_json::from_str(&spec).map_err(|e| DbError::Corrupt {
             table: "runs",
             message: e.to_string(),
@@ -135,18 +135,10 @@ impl SqlRunStore {
     /// conditional update is atomic, so two processes never both hold it.
     pub async fn claim(&self, run_id: &str) -> Result<bool, DbError> {
         let now = now_ms();
-        let done = sqlx::query(self.db.sql(
-            "UPDATE runs SET lease_owner = ?, lease_expires_at = ? WHERE run_id = ? AND status = 'running' \
-             AND (lease_owner IS NULL OR lease_owner = ? OR lease_expires_at < ?)",
-        ))
-        .bind(&self.owner)
-        .bind(now + self.lease_ms)
-        .bind(run_id)
-        .bind(&self.owner)
-        .bind(now)
-        .execute(&self.db.pool)
+        let done = self.db.execute("UPDATE runs SET lease_owner = ?, lease_expires_at = ? WHERE run_id = ? AND status = 'running' \
+             AND (lease_owner IS NULL OR lease_owner = ? OR lease_expires_at < ?)", &params![&self.owner, now + self.lease_ms, run_id, &self.owner, now])
         .await?;
-        Ok(done.rows_affected() == 1)
+        Ok(done == 1)
     }
 
     /// Runs whose lease expired (their process died), oldest first. On PostgreSQL
@@ -163,23 +155,14 @@ impl SqlRunStore {
                 "SELECT run_id, tenant_id FROM runs WHERE status = 'running' AND lease_expires_at < ? ORDER BY lease_expires_at LIMIT ?"
             }
         };
-        let rows = sqlx::query(self.db.sql(sql))
-            .bind(now)
-            .bind(limit)
-            .fetch_all(&mut *tx)
-            .await?;
+        let rows = tx.fetch_all(sql, &params![now, limit]).await?;
         let mut out = Vec::new();
         for r in rows {
-            let run_id: String = r.try_get("run_id")?;
-            let claimed = sqlx::query(self.db.sql("UPDATE runs SET lease_owner = ?, lease_expires_at = ? WHERE run_id = ? AND lease_expires_at < ?"))
-                .bind(&self.owner)
-                .bind(now + self.lease_ms)
-                .bind(&run_id)
-                .bind(now)
-                .execute(&mut *tx)
+            let run_id: String = r.get("run_id")?;
+            let claimed = tx.execute("UPDATE runs SET lease_owner = ?, lease_expires_at = ? WHERE run_id = ? AND lease_expires_at < ?", &params![&self.owner, now + self.lease_ms, &run_id, now])
                 .await?;
-            if claimed.rows_affected() == 1 {
-                out.push((run_id, r.try_get("tenant_id")?));
+            if claimed == 1 {
+                out.push((run_id, r.get("tenant_id")?));
             }
         }
         tx.commit().await?;
@@ -191,27 +174,8 @@ impl SqlRunStore {
     pub async fn allocate(&self, new: &NewRun) -> Result<Allocation, DbError> {
         let now = now_ms();
         let spec = serde_json::to_string(&new.spec).expect("specs serialize");
-        sqlx::query(self.db.sql(
-            "INSERT INTO runs (run_id, tenant_id, case_id, actor, idempotency_key, request_hash, request_id, goal, planner_kind, model, status, state, step_count, spec, bundle_digest, created_at, updated_at, lease_owner, lease_expires_at) \
-             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 'running', 'created', 0, ?, ?, ?, ?, ?, ?) ON CONFLICT (tenant_id, idempotency_key) DO NOTHING",
-        ))
-        .bind(&new.spec.run_id)
-        .bind(&new.spec.tenant_id)
-        .bind(&new.spec.resource_id)
-        .bind(&new.actor)
-        .bind(&new.idempotency_key)
-        .bind(&new.request_hash)
-        .bind(&new.request_id)
-        .bind(&new.spec.goal)
-        .bind(&new.planner_kind)
-        .bind(&new.model)
-        .bind(spec)
-        .bind(&new.bundle_digest)
-        .bind(now)
-        .bind(now)
-        .bind(&self.owner)
-        .bind(now + self.lease_ms)
-        .execute(&self.db.pool)
+        self.db.execute("INSERT INTO runs (run_id, tenant_id, case_id, actor, idempotency_key, request_hash, request_id, goal, planner_kind, model, status, state, step_count, spec, bundle_digest, created_at, updated_at, lease_owner, lease_expires_at) \
+             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 'running', 'created', 0, ?, ?, ?, ?, ?, ?) ON CONFLICT (tenant_id, idempotency_key) DO NOTHING", &params![&new.spec.run_id, &new.spec.tenant_id, &new.spec.resource_id, &new.actor, &new.idempotency_key, &new.request_hash, &new.request_id, &new.spec.goal, &new.planner_kind, &new.model, spec, &new.bundle_digest, now, now, &self.owner, now + self.lease_ms])
         .await?;
         let existing = self
             .by_key(&new.spec.tenant_id, &new.idempotency_key)
@@ -231,60 +195,44 @@ impl SqlRunStore {
 
     pub async fn by_key(&self, tenant: &str, key: &str) -> Result<Option<RunRecord>, DbError> {
         let sql = "SELECT run_id, tenant_id, case_id, actor, idempotency_key, request_hash, goal, planner_kind, model, status, state, step_count, spec, final_result, stop_reason, bundle_digest, created_at, updated_at FROM runs WHERE tenant_id = ? AND idempotency_key = ?";
-        let row = sqlx::query(self.db.sql(sql))
-            .bind(tenant)
-            .bind(key)
-            .fetch_optional(&self.db.pool)
-            .await?;
+        let row = self.db.fetch_optional(sql, &params![tenant, key]).await?;
         row.as_ref().map(record).transpose()
     }
 
     /// A run of `tenant` (another tenant's run is as absent as a missing one).
     pub async fn get(&self, tenant: &str, run_id: &str) -> Result<Option<RunRecord>, DbError> {
-        let row = sqlx::query(self.db.sql(
-            "SELECT run_id, tenant_id, case_id, actor, idempotency_key, request_hash, goal, planner_kind, model, status, state, step_count, spec, final_result, stop_reason, bundle_digest, created_at, updated_at FROM runs WHERE tenant_id = ? AND run_id = ?",
-        ))
-        .bind(tenant)
-        .bind(run_id)
-        .fetch_optional(&self.db.pool)
+        let row = self.db.fetch_optional("SELECT run_id, tenant_id, case_id, actor, idempotency_key, request_hash, goal, planner_kind, model, status, state, step_count, spec, final_result, stop_reason, bundle_digest, created_at, updated_at FROM runs WHERE tenant_id = ? AND run_id = ?", &params![tenant, run_id])
         .await?;
         row.as_ref().map(record).transpose()
     }
 
     pub async fn ledger(&self, tenant: &str, run_id: &str) -> Result<Vec<LedgerRow>, DbError> {
-        let rows = sqlx::query(self.db.sql(
-            "SELECT run_id, tool_call_id, tool_name, tool_version, arguments, arguments_hash, fingerprint, status, attempt_count, result, error_class, error_code, bundle_digest, started_at, finished_at \
-             FROM tool_executions WHERE tenant_id = ? AND run_id = ? ORDER BY started_at, tool_call_id",
-        ))
-        .bind(tenant)
-        .bind(run_id)
-        .fetch_all(&self.db.pool)
+        let rows = self.db.fetch_all("SELECT run_id, tool_call_id, tool_name, tool_version, arguments, arguments_hash, fingerprint, status, attempt_count, result, error_class, error_code, bundle_digest, started_at, finished_at \
+             FROM tool_executions WHERE tenant_id = ? AND run_id = ? ORDER BY started_at, tool_call_id", &params![tenant, run_id])
         .await?;
         let mut out: Vec<LedgerRow> = rows
             .iter()
             .map(|r| -> Result<LedgerRow, DbError> {
-                let arguments: String = r.try_get("arguments")?;
+                let arguments: String = r.get("arguments")?;
                 Ok(LedgerRow {
-                    run_id: r.try_get("run_id")?,
-                    tool_call_id: r.try_get("tool_call_id")?,
-                    tool_name: r.try_get("tool_name")?,
-                    tool_version: r.try_get("tool_version")?,
+                    run_id: r.get("run_id")?,
+                    tool_call_id: r.get("tool_call_id")?,
+                    tool_name: r.get("tool_name")?,
+                    tool_version: r.get("tool_version")?,
                     arguments: serde_json::from_str(&arguments).map_err(|e| DbError::Corrupt {
                         table: "tool_executions",
                         message: e.to_string(),
                     })?,
-                    arguments_hash: r.try_get("arguments_hash")?,
-                    fingerprint: r.try_get("fingerprint")?,
-                    status: status_of(&r.try_get::<String, _>("status")?)?,
-                    attempt_count: r.try_get::<i64, _>("attempt_count")? as u32,
-                    result: parse_json(r.try_get("result")?, "tool_executions")?,
-                    error_class: r.try_get("error_class")?,
-                    error_code: r.try_get("error_code")?,
-                    bundle_digest: r.try_get("bundle_digest")?,
-                    started_at_ms: r.try_get::<i64, _>("started_at")? as u64,
-                    finished_at_ms: r
-                        .try_get::<Option<i64>, _>("finished_at")?
-                        .map(|v| v as u64),
+                    arguments_hash: r.get("arguments_hash")?,
+                    fingerprint: r.get("fingerprint")?,
+                    status: status_of(&r.get::<String>("status")?)?,
+                    attempt_count: r.get::<i64>("attempt_count")? as u32,
+                    result: parse_json(r.get("result")?, "tool_executions")?,
+                    error_class: r.get("error_class")?,
+                    error_code: r.get("error_code")?,
+                    bundle_digest: r.get("bundle_digest")?,
+                    started_at_ms: r.get::<i64>("started_at")? as u64,
+                    finished_at_ms: r.get::<Option<i64>>("finished_at")?.map(|v| v as u64),
                 })
             })
             .collect::<Result<_, _>>()?;
@@ -305,25 +253,19 @@ impl SqlRunStore {
         tenant: &str,
         run_id: &str,
     ) -> Result<Vec<Checkpoint>, DbError> {
-        let rows = sqlx::query(self.db.sql(
-            "SELECT c.run_id, c.sequence, c.from_state, c.to_state, c.at_ms, c.reason, c.snapshot FROM checkpoints c JOIN runs r ON r.run_id = c.run_id \
-             WHERE r.tenant_id = ? AND c.run_id = ? ORDER BY c.sequence",
-        ))
-        .bind(tenant)
-        .bind(run_id)
-        .fetch_all(&self.db.pool)
+        let rows = self.db.fetch_all("SELECT c.run_id, c.sequence, c.from_state, c.to_state, c.at_ms, c.reason, c.snapshot FROM checkpoints c JOIN runs r ON r.run_id = c.run_id \
+             WHERE r.tenant_id = ? AND c.run_id = ? ORDER BY c.sequence", &params![tenant, run_id])
         .await?;
         rows.iter()
             .map(|r| {
                 Ok(Checkpoint {
-                    run_id: r.try_get("run_id")?,
-                    sequence: r.try_get::<i64, _>("sequence")? as u64,
-                    from: r.try_get("from_state")?,
-                    to: r.try_get("to_state")?,
-                    at_ms: r.try_get::<i64, _>("at_ms")? as u64,
-                    reason: r.try_get("reason")?,
-                    snapshot: parse_json(r.try_get("snapshot")?, "checkpoints")?
-                        .unwrap_or(Value::Null),
+                    run_id: r.get("run_id")?,
+                    sequence: r.get::<i64>("sequence")? as u64,
+                    from: r.get("from_state")?,
+                    to: r.get("to_state")?,
+                    at_ms: r.get::<i64>("at_ms")? as u64,
+                    reason: r.get("reason")?,
+                    snapshot: parse_json(r.get("snapshot")?, "checkpoints")?.unwrap_or(Value::Null),
                 })
             })
             .collect()
@@ -332,17 +274,14 @@ impl SqlRunStore {
     async fn write(&self, batch: Batch) -> Result<(), DbError> {
         let db = &self.db;
         let mut tx = db.begin_write().await?;
-        let run = sqlx::query(
-            db.sql("SELECT tenant_id, case_id, actor, request_id FROM runs WHERE run_id = ?"),
-        )
-        .bind(&batch.run_id)
-        .fetch_optional(&mut *tx)
-        .await?
-        .ok_or_else(|| DbError::Corrupt {
-            table: "runs",
-            message: format!("no run `{}`", batch.run_id),
-        })?;
-        let tenant: String = run.try_get("tenant_id")?;
+        if !batch.point.must_flush() && db.dialect == super::Dialect::Postgres {
+            // What follows this commit can be repeated (a planner call, a read), so it
+            // need not wait for the WAL flush: should the database itself crash and
+            // lose it, recovery resumes from the last flushed checkpoint and repeats
+            // the step. Flushed commits (writes, terminal) flush all before them.
+            tx.execute("SET LOCAL synchronous_commit = off", &[])
+                .await?;
+        }
         if !batch.checkpoints.is_empty() {
             // One statement for the batch's checkpoints; the primary key
             // (run_id, sequence) still refuses a duplicated sequence.
@@ -350,44 +289,26 @@ impl SqlRunStore {
             let sql = format!(
                 "INSERT INTO checkpoints (run_id, sequence, from_state, to_state, at_ms, reason, snapshot) VALUES {tuples}"
             );
-            let mut query = sqlx::query(db.sql_built(sql));
+            let mut values = Vec::with_capacity(batch.checkpoints.len() * 7);
             for cp in &batch.checkpoints {
                 let snapshot = (!cp.snapshot.is_null()).then(|| cp.snapshot.to_string());
-                query = query
-                    .bind(&cp.run_id)
-                    .bind(cp.sequence as i64)
-                    .bind(&cp.from)
-                    .bind(&cp.to)
-                    .bind(cp.at_ms as i64)
-                    .bind(&cp.reason)
-                    .bind(snapshot);
+                values.extend(params![
+                    &cp.run_id,
+                    cp.sequence as i64,
+                    &cp.from,
+                    &cp.to,
+                    cp.at_ms as i64,
+                    cp.reason.clone(),
+                    snapshot
+                ]);
             }
-            query.execute(&mut *tx).await?;
+            tx.execute(&sql, &values).await?;
         }
         for row in &batch.ledger {
-            sqlx::query(db.sql(
-                "INSERT INTO tool_executions (run_id, tool_call_id, tenant_id, tool_name, tool_version, arguments, arguments_hash, fingerprint, status, attempt_count, result, error_class, error_code, bundle_digest, started_at, finished_at) \
-                 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) \
+            tx.execute("INSERT INTO tool_executions (run_id, tool_call_id, tenant_id, tool_name, tool_version, arguments, arguments_hash, fingerprint, status, attempt_count, result, error_class, error_code, bundle_digest, started_at, finished_at) \
+                 VALUES (?, ?, (SELECT tenant_id FROM runs WHERE run_id = ?), ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) \
                  ON CONFLICT (run_id, tool_call_id) DO UPDATE SET status = excluded.status, attempt_count = excluded.attempt_count, result = excluded.result, \
-                 error_class = excluded.error_class, error_code = excluded.error_code, finished_at = excluded.finished_at",
-            ))
-            .bind(&row.run_id)
-            .bind(&row.tool_call_id)
-            .bind(&tenant)
-            .bind(&row.tool_name)
-            .bind(&row.tool_version)
-            .bind(row.arguments.to_string())
-            .bind(&row.arguments_hash)
-            .bind(&row.fingerprint)
-            .bind(row.status.as_str())
-            .bind(i64::from(row.attempt_count))
-            .bind(row.result.as_ref().map(Value::to_string))
-            .bind(&row.error_class)
-            .bind(&row.error_code)
-            .bind(&row.bundle_digest)
-            .bind(row.started_at_ms as i64)
-            .bind(row.finished_at_ms.map(|v| v as i64))
-            .execute(&mut *tx)
+                 error_class = excluded.error_class, error_code = excluded.error_code, finished_at = excluded.finished_at", &params![&row.run_id, &row.tool_call_id, &row.run_id, &row.tool_name, &row.tool_version, row.arguments.to_string(), &row.arguments_hash, &row.fingerprint, row.status.as_str(), i64::from(row.attempt_count), row.result.as_ref().map(Value::to_string), row.error_class.clone(), row.error_code.clone(), &row.bundle_digest, row.started_at_ms as i64, row.finished_at_ms.map(|v| v as i64)])
             .await?;
         }
         let status = match &batch.outcome {
@@ -402,22 +323,29 @@ impl SqlRunStore {
         } else {
             (Some(self.owner.clone()), Some(now + self.lease_ms))
         };
-        sqlx::query(db.sql("UPDATE runs SET state = ?, status = ?, step_count = ?, final_result = ?, stop_reason = ?, updated_at = ?, lease_owner = ?, lease_expires_at = ? WHERE run_id = ?"))
-            .bind(&batch.state)
-            .bind(&status)
-            .bind(i64::from(batch.step_count))
-            .bind(batch.outcome.as_ref().and_then(|o| o.final_answer.as_ref()).map(Value::to_string))
-            .bind(batch.outcome.as_ref().and_then(|o| o.stop_reason.clone()))
-            .bind(now)
-            .bind(owner)
-            .bind(expires)
-            .bind(&batch.run_id)
-            .execute(&mut *tx)
+        let updated = tx.execute("UPDATE runs SET state = ?, status = ?, step_count = ?, final_result = ?, stop_reason = ?, updated_at = ?, lease_owner = ?, lease_expires_at = ? WHERE run_id = ?", &params![&batch.state, &status, i64::from(batch.step_count), batch.outcome.as_ref().and_then(|o| o.final_answer.as_ref()).map(Value::to_string), batch.outcome.as_ref().and_then(|o| o.stop_reason.clone()), now, owner, expires, &batch.run_id])
             .await?;
+        if updated != 1 {
+            return Err(DbError::Corrupt {
+                table: "runs",
+                message: format!("no run `{}`", batch.run_id),
+            });
+        }
         if let Some(outcome) = &batch.outcome {
-            let case: String = run.try_get("case_id")?;
-            let actor: String = run.try_get("actor")?;
-            let request_id: Option<String> = run.try_get("request_id")?;
+            let run = tx
+                .fetch_optional(
+                    "SELECT tenant_id, case_id, actor, request_id FROM runs WHERE run_id = ?",
+                    &params![&batch.run_id],
+                )
+                .await?
+                .ok_or_else(|| DbError::Corrupt {
+                    table: "runs",
+                    message: format!("no run `{}`", batch.run_id),
+                })?;
+            let tenant: String = run.get("tenant_id")?;
+            let case: String = run.get("case_id")?;
+            let actor: String = run.get("actor")?;
+            let request_id: Option<String> = run.get("request_id")?;
             let who = audit::Who {
                 tenant: &tenant,
                 case_id: &case,
@@ -434,14 +362,14 @@ impl SqlRunStore {
 
     /// Whether a run has committed any checkpoint (so it can be resumed, not started).
     pub async fn load_started(&self, run_id: &str) -> Result<bool, DbError> {
-        let n: i64 = sqlx::query_scalar(
-            self.db
-                .sql("SELECT COUNT(*) FROM checkpoints WHERE run_id = ?"),
-        )
-        .bind(run_id)
-        .fetch_one(&self.db.pool)
-        .await?;
-        Ok(n > 0)
+        let first = self
+            .db
+            .fetch_optional(
+                "SELECT sequence FROM checkpoints WHERE run_id = ? LIMIT 1",
+                &params![run_id],
+            )
+            .await?;
+        Ok(first.is_some())
     }
 
     /// The outcome of a finished run, if it finished.
@@ -468,9 +396,7 @@ impl RunStore for SqlRunStore {
         for _ in 0..5 {
             match self.write(batch.clone()).await {
                 Ok(()) => return Ok(()),
-                Err(DbError::Query(e)) if is_conflict(&e) && batch.outcome.is_some() => {
-                    last = Some(e.to_string())
-                }
+                Err(e) if is_conflict(&e) && batch.outcome.is_some() => last = Some(e.to_string()),
                 Err(e) => return Err(StoreError::Unavailable(e.to_string())),
             }
         }
@@ -479,15 +405,18 @@ impl RunStore for SqlRunStore {
 
     async fn load(&self, run_id: &str) -> Result<Option<StoredRun>, StoreError> {
         let err = |e: DbError| StoreError::Unavailable(e.to_string());
-        let tenant: Option<String> =
-            sqlx::query_scalar(self.db.sql("SELECT tenant_id FROM runs WHERE run_id = ?"))
-                .bind(run_id)
-                .fetch_optional(&self.db.pool)
-                .await
-                .map_err(|e| err(e.into()))?;
-        let Some(tenant) = tenant else {
+        let row = self
+            .db
+            .fetch_optional(
+                "SELECT tenant_id FROM runs WHERE run_id = ?",
+                &params![run_id],
+            )
+            .await
+            .map_err(err)?;
+        let Some(row) = row else {
             return Ok(None);
         };
+        let tenant: String = row.get("tenant_id").map_err(err)?;
         let record = self.get(&tenant, run_id).await.map_err(err)?;
         let checkpoints = self.checkpoints(&tenant, run_id).await.map_err(err)?;
         let ledger = self.ledger(&tenant, run_id).await.map_err(err)?;
@@ -499,13 +428,19 @@ impl RunStore for SqlRunStore {
     }
 }
 
-fn is_conflict(e: &sqlx::Error) -> bool {
+fn is_conflict(e: &DbError) -> bool {
     match e {
-        sqlx::Error::Database(d) => {
+        DbError::Query(sqlx::Error::Database(d)) => {
             d.is_unique_violation()
                 || d.message().contains("locked")
                 || d.message().contains("busy")
         }
+        DbError::Sqlite(rusqlite::Error::SqliteFailure(f, _)) => matches!(
+            f.code,
+            rusqlite::ErrorCode::ConstraintViolation
+                | rusqlite::ErrorCode::DatabaseBusy
+                | rusqlite::ErrorCode::DatabaseLocked
+        ),
         _ => false,
     }
 }

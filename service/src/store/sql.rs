@@ -1,0 +1,407 @@
+//! One small SQL surface over both backends, so every query is written once.
+//!
+//! SQLite runs through rusqlite, *inline* on the calling task: a statement over cached
+//! pages takes microseconds, far less than handing it to a worker thread and back
+//! (which is what dominated a run's time before). Writers share one connection
+//! behind an async mutex, so a write transaction holds SQLite's lock only while its
+//! statements execute. PostgreSQL runs through sqlx.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use rusqlite::types::{ToSqlOutput, Value as SqliteValue, ValueRef};
+use sqlx::{AnyPool, Column, Row as _};
+use tokio::sync::{Mutex, OwnedMutexGuard};
+
+use super::DbError;
+
+/// A bound parameter. Nulls keep their type: PostgreSQL needs it.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Param {
+    Int(Option<i64>),
+    Real(f64),
+    Text(Option<String>),
+}
+
+impl From<i64> for Param {
+    fn from(v: i64) -> Self {
+        Param::Int(Some(v))
+    }
+}
+impl From<Option<i64>> for Param {
+    fn from(v: Option<i64>) -> Self {
+        Param::Int(v)
+    }
+}
+impl From<f64> for Param {
+    fn from(v: f64) -> Self {
+        Param::Real(v)
+    }
+}
+impl From<&str> for Param {
+    fn from(v: &str) -> Self {
+        Param::Text(Some(v.to_string()))
+    }
+}
+impl From<String> for Param {
+    fn from(v: String) -> Self {
+        Param::Text(Some(v))
+    }
+}
+impl From<&String> for Param {
+    fn from(v: &String) -> Self {
+        Param::Text(Some(v.clone()))
+    }
+}
+impl From<Option<String>> for Param {
+    fn from(v: Option<String>) -> Self {
+        Param::Text(v)
+    }
+}
+impl From<&Option<String>> for Param {
+    fn from(v: &Option<String>) -> Self {
+        Param::Text(v.clone())
+    }
+}
+impl From<Option<&str>> for Param {
+    fn from(v: Option<&str>) -> Self {
+        Param::Text(v.map(str::to_string))
+    }
+}
+
+/// `params![a, b, …]`: a parameter list from anything `Param: From` accepts.
+#[macro_export]
+macro_rules! params {
+    ($($v:expr),* $(,)?) => { [$($crate::store::sql::Param::from($v)),*] };
+}
+
+impl rusqlite::ToSql for Param {
+    fn to_sql(&self) -> rusqlite::Result<ToSqlOutput<'_>> {
+        Ok(match self {
+            Param::Int(Some(v)) => ToSqlOutput::Borrowed(ValueRef::Integer(*v)),
+            Param::Real(v) => ToSqlOutput::Borrowed(ValueRef::Real(*v)),
+            Param::Text(Some(v)) => ToSqlOutput::Borrowed(ValueRef::Text(v.as_bytes())),
+            Param::Int(None) | Param::Text(None) => ToSqlOutput::Borrowed(ValueRef::Null),
+        })
+    }
+}
+
+/// A cell as read back.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Cell {
+    Null,
+    Int(i64),
+    Real(f64),
+    Text(String),
+}
+
+/// One result row; columns are read by name.
+#[derive(Debug, Clone)]
+pub struct Row {
+    names: Arc<[String]>,
+    cells: Vec<Cell>,
+}
+
+/// Types a cell converts to.
+pub trait FromCell: Sized {
+    fn from_cell(cell: &Cell) -> Option<Self>;
+}
+
+impl FromCell for i64 {
+    fn from_cell(cell: &Cell) -> Option<Self> {
+        match cell {
+            Cell::Int(v) => Some(*v),
+            _ => None,
+        }
+    }
+}
+impl FromCell for f64 {
+    fn from_cell(cell: &Cell) -> Option<Self> {
+        match cell {
+            Cell::Real(v) => Some(*v),
+            Cell::Int(v) => Some(*v as f64),
+            _ => None,
+        }
+    }
+}
+impl FromCell for String {
+    fn from_cell(cell: &Cell) -> Option<Self> {
+        match cell {
+            Cell::Text(v) => Some(v.clone()),
+            _ => None,
+        }
+    }
+}
+impl<T: FromCell> FromCell for Option<T> {
+    fn from_cell(cell: &Cell) -> Option<Self> {
+        match cell {
+            Cell::Null => Some(None),
+            other => T::from_cell(other).map(Some),
+        }
+    }
+}
+
+impl Row {
+    pub fn get<T: FromCell>(&self, name: &str) -> Result<T, DbError> {
+        let at = self
+            .names
+            .iter()
+            .position(|n| n == name)
+            .ok_or_else(|| DbError::Corrupt {
+                table: "query",
+                message: format!("no column `{name}`"),
+            })?;
+        T::from_cell(&self.cells[at]).ok_or_else(|| DbError::Corrupt {
+            table: "query",
+            message: format!("column `{name}` holds {:?}", self.cells[at]),
+        })
+    }
+}
+
+/// SQLite connections: one writer, a few readers (WAL lets them read beside it).
+#[derive(Debug)]
+pub(crate) struct Sqlite {
+    writer: Arc<Mutex<rusqlite::Connection>>,
+    readers: Vec<Arc<Mutex<rusqlite::Connection>>>,
+    next: AtomicUsize,
+}
+
+impl Sqlite {
+    pub(crate) fn open(path: &str, readers: usize) -> Result<Self, rusqlite::Error> {
+        let open = || -> Result<rusqlite::Connection, rusqlite::Error> {
+            let conn = rusqlite::Connection::open(path)?;
+            // A busy writer (another process) is waited for, not failed at once.
+            conn.busy_timeout(std::time::Duration::from_secs(5))?;
+            conn.pragma_update(None, "journal_mode", "WAL")?;
+            // Commits survive a crash of the process; a power loss may lose the last
+            // ones (WAL without a sync per commit). The embedded store is for one host.
+            conn.pragma_update(None, "synchronous", "NORMAL")?;
+            conn.pragma_update(None, "foreign_keys", "ON")?;
+            conn.set_prepared_statement_cache_capacity(64);
+            Ok(conn)
+        };
+        let writer = Arc::new(Mutex::new(open()?));
+        let readers = (0..readers.max(1))
+            .map(|_| open().map(|c| Arc::new(Mutex::new(c))))
+            .collect::<Result<_, _>>()?;
+        Ok(Self {
+            writer,
+            readers,
+            next: AtomicUsize::new(0),
+        })
+    }
+
+    async fn reader(&self) -> OwnedMutexGuard<rusqlite::Connection> {
+        let start = self.next.fetch_add(1, Ordering::Relaxed);
+        for i in 0..self.readers.len() {
+            let candidate = &self.readers[(start + i) % self.readers.len()];
+            if let Ok(guard) = candidate.clone().try_lock_owned() {
+                return guard;
+            }
+        }
+        self.readers[start % self.readers.len()]
+            .clone()
+            .lock_owned()
+            .await
+    }
+
+    pub(crate) async fn writer(&self) -> OwnedMutexGuard<rusqlite::Connection> {
+        self.writer.clone().lock_owned().await
+    }
+}
+
+fn sqlite_rows(
+    conn: &rusqlite::Connection,
+    sql: &str,
+    params: &[Param],
+) -> Result<Vec<Row>, rusqlite::Error> {
+    let mut stmt = conn.prepare_cached(sql)?;
+    let names: Arc<[String]> = stmt.column_names().iter().map(|s| s.to_string()).collect();
+    let width = names.len();
+    let mut rows = stmt.query(rusqlite::params_from_iter(params.iter()))?;
+    let mut out = Vec::new();
+    while let Some(r) = rows.next()? {
+        let mut cells = Vec::with_capacity(width);
+        for i in 0..width {
+            cells.push(match r.get::<_, SqliteValue>(i)? {
+                SqliteValue::Null => Cell::Null,
+                SqliteValue::Integer(v) => Cell::Int(v),
+                SqliteValue::Real(v) => Cell::Real(v),
+                SqliteValue::Text(v) => Cell::Text(v),
+                SqliteValue::Blob(v) => Cell::Text(String::from_utf8_lossy(&v).into_owned()),
+            });
+        }
+        out.push(Row {
+            names: names.clone(),
+            cells,
+        });
+    }
+    Ok(out)
+}
+
+fn sqlite_execute(
+    conn: &rusqlite::Connection,
+    sql: &str,
+    params: &[Param],
+) -> Result<u64, rusqlite::Error> {
+    let mut stmt = conn.prepare_cached(sql)?;
+    Ok(stmt.execute(rusqlite::params_from_iter(params.iter()))? as u64)
+}
+
+/// PostgreSQL numbers its placeholders: `?` becomes `$1, $2, …` (our SQL never
+/// holds a `?` inside a literal).
+fn numbered(sql: &str) -> String {
+    let mut out = String::with_capacity(sql.len() + 8);
+    let mut n = 0;
+    for c in sql.chars() {
+        if c == '?' {
+            n += 1;
+            out.push('$');
+            out.push_str(&n.to_string());
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+fn pg_query(
+    sql: &str,
+    params: &[Param],
+) -> sqlx::query::Query<'static, sqlx::Any, sqlx::any::AnyArguments> {
+    let mut q = sqlx::query(sqlx::AssertSqlSafe(numbered(sql)));
+    for p in params {
+        q = match p {
+            Param::Int(v) => q.bind(*v),
+            Param::Real(v) => q.bind(*v),
+            Param::Text(v) => q.bind(v.clone()),
+        };
+    }
+    q
+}
+
+fn pg_row(row: &sqlx::any::AnyRow) -> Row {
+    let names: Arc<[String]> = row.columns().iter().map(|c| c.name().to_string()).collect();
+    let cells = (0..names.len())
+        .map(|i| {
+            if let Ok(v) = row.try_get::<Option<i64>, _>(i) {
+                v.map_or(Cell::Null, Cell::Int)
+            } else if let Ok(v) = row.try_get::<Option<String>, _>(i) {
+                v.map_or(Cell::Null, Cell::Text)
+            } else if let Ok(v) = row.try_get::<Option<f64>, _>(i) {
+                v.map_or(Cell::Null, Cell::Real)
+            } else {
+                Cell::Null
+            }
+        })
+        .collect();
+    Row { names, cells }
+}
+
+/// Where a statement runs.
+#[derive(Debug)]
+pub(crate) enum Backend {
+    Sqlite(Sqlite),
+    Postgres(AnyPool),
+}
+
+impl Backend {
+    pub(crate) async fn fetch_all(&self, sql: &str, params: &[Param]) -> Result<Vec<Row>, DbError> {
+        match self {
+            Backend::Sqlite(s) => Ok(sqlite_rows(&*s.reader().await, sql, params)?),
+            Backend::Postgres(pool) => Ok(pg_query(sql, params)
+                .fetch_all(pool)
+                .await?
+                .iter()
+                .map(pg_row)
+                .collect()),
+        }
+    }
+
+    pub(crate) async fn execute(&self, sql: &str, params: &[Param]) -> Result<u64, DbError> {
+        match self {
+            Backend::Sqlite(s) => Ok(sqlite_execute(&*s.writer().await, sql, params)?),
+            Backend::Postgres(pool) => {
+                Ok(pg_query(sql, params).execute(pool).await?.rows_affected())
+            }
+        }
+    }
+
+    pub(crate) async fn begin_write(&self) -> Result<Tx, DbError> {
+        match self {
+            Backend::Sqlite(s) => {
+                let conn = s.writer().await;
+                // Take the write lock up front: a transaction that reads first and
+                // then upgrades can fail at once with SQLITE_BUSY under another writer.
+                conn.execute_batch("BEGIN IMMEDIATE")?;
+                Ok(Tx(TxInner::Sqlite(SqliteTx { conn, open: true })))
+            }
+            Backend::Postgres(pool) => Ok(Tx(TxInner::Postgres(pool.begin().await?))),
+        }
+    }
+}
+
+/// A write transaction; dropped without [`Tx::commit`], it rolls back.
+pub struct Tx(TxInner);
+
+enum TxInner {
+    Sqlite(SqliteTx),
+    Postgres(sqlx::Transaction<'static, sqlx::Any>),
+}
+
+struct SqliteTx {
+    conn: OwnedMutexGuard<rusqlite::Connection>,
+    open: bool,
+}
+
+impl Drop for SqliteTx {
+    fn drop(&mut self) {
+        if self.open {
+            // Nothing of an unfinished transaction is kept.
+            let _ = self.conn.execute_batch("ROLLBACK");
+        }
+    }
+}
+
+impl Tx {
+    pub async fn fetch_all(&mut self, sql: &str, params: &[Param]) -> Result<Vec<Row>, DbError> {
+        match &mut self.0 {
+            TxInner::Sqlite(s) => Ok(sqlite_rows(&s.conn, sql, params)?),
+            TxInner::Postgres(tx) => Ok(pg_query(sql, params)
+                .fetch_all(&mut **tx)
+                .await?
+                .iter()
+                .map(pg_row)
+                .collect()),
+        }
+    }
+
+    pub async fn fetch_optional(
+        &mut self,
+        sql: &str,
+        params: &[Param],
+    ) -> Result<Option<Row>, DbError> {
+        Ok(self.fetch_all(sql, params).await?.into_iter().next())
+    }
+
+    pub async fn execute(&mut self, sql: &str, params: &[Param]) -> Result<u64, DbError> {
+        match &mut self.0 {
+            TxInner::Sqlite(s) => Ok(sqlite_execute(&s.conn, sql, params)?),
+            TxInner::Postgres(tx) => Ok(pg_query(sql, params)
+                .execute(&mut **tx)
+                .await?
+                .rows_affected()),
+        }
+    }
+
+    pub async fn commit(self) -> Result<(), DbError> {
+        match self.0 {
+            TxInner::Sqlite(mut s) => {
+                s.conn.execute_batch("COMMIT")?;
+                s.open = false;
+                Ok(())
+            }
+            TxInner::Postgres(tx) => Ok(tx.commit().await?),
+        }
+    }
+}

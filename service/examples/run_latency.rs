@@ -75,6 +75,7 @@ async fn in_process(url: &str, runs: usize) -> (Vec<f64>, usize) {
     }));
     let engine = Engine::<Bundle>::new().unwrap();
     let before = db.commits();
+    let sent_before = caseops_service::store::sql::statements_sent();
     let mut ms = Vec::new();
     for i in 0..runs {
         let s = spec(i);
@@ -99,6 +100,11 @@ async fn in_process(url: &str, runs: usize) -> (Vec<f64>, usize) {
         assert_eq!(out.status, "completed");
         ms.push(t.elapsed().as_secs_f64() * 1000.0);
     }
+    let statements = caseops_service::store::sql::statements_sent() - sent_before;
+    println!(
+        "statements per in-process run (allocation included): {}",
+        statements / runs
+    );
     (ms, (db.commits() - before) / runs)
 }
 
@@ -121,6 +127,7 @@ async fn through_api(url: &str, runs: usize) -> Vec<f64> {
     let api = format!("http://{}", running.api_addr.unwrap());
     let http = reqwest::Client::new();
     let mut ms = Vec::new();
+    let sent_before = caseops_service::store::sql::statements_sent();
     for i in 0..runs + 20 {
         let t = Instant::now();
         let r = http
@@ -140,6 +147,11 @@ async fn through_api(url: &str, runs: usize) -> Vec<f64> {
             ms.push(t.elapsed().as_secs_f64() * 1000.0);
         }
     }
+    let statements = caseops_service::store::sql::statements_sent() - sent_before;
+    println!(
+        "statements per run through the API (tool reads included): {}",
+        statements / (runs + 20)
+    );
     ms
 }
 

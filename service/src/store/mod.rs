@@ -196,7 +196,13 @@ impl Db {
 
     /// A write transaction (on SQLite it holds the write lock from its start).
     pub async fn begin_write(&self) -> Result<Tx, DbError> {
-        self.backend.begin_write().await
+        self.backend.begin_write(false).await
+    }
+
+    /// A write transaction whose commit need not wait for the disk (see
+    /// `CommitPoint::must_flush`); on SQLite the same as [`Db::begin_write`].
+    pub async fn begin_lazy_write(&self) -> Result<Tx, DbError> {
+        self.backend.begin_write(true).await
     }
 
     pub(crate) fn count_commit(&self) {

@@ -273,15 +273,15 @@ impl SqlRunStore {
 
     async fn write(&self, batch: Batch) -> Result<(), DbError> {
         let db = &self.db;
-        let mut tx = db.begin_write().await?;
-        if !batch.point.must_flush() && db.dialect == super::Dialect::Postgres {
-            // What follows this commit can be repeated (a planner call, a read), so it
-            // need not wait for the WAL flush: should the database itself crash and
-            // lose it, recovery resumes from the last flushed checkpoint and repeats
-            // the step. Flushed commits (writes, terminal) flush all before them.
-            tx.execute("SET LOCAL synchronous_commit = off", &[])
-                .await?;
-        }
+        // What follows a lazy commit can be repeated (a planner call, a read), so it
+        // need not wait for the WAL flush: should the database itself crash and
+        // lose it, recovery resumes from the last flushed checkpoint and repeats
+        // the step. Flushed commits (writes, terminal) flush all before them.
+        let mut tx = if batch.point.must_flush() {
+            db.begin_write().await?
+        } else {
+            db.begin_lazy_write().await?
+        };
         if !batch.checkpoints.is_empty() {
             // One statement for the batch's checkpoints; the primary key
             // (run_id, sequence) still refuses a duplicated sequence.

@@ -15,6 +15,18 @@ use tokio::sync::{Mutex, OwnedMutexGuard};
 
 use super::DbError;
 
+/// Statements sent to a database by this process (BEGIN and COMMIT included): on
+/// PostgreSQL each is a network round trip, so it is the figure to watch.
+static STATEMENTS: AtomicUsize = AtomicUsize::new(0);
+
+pub fn statements_sent() -> usize {
+    STATEMENTS.load(Ordering::Relaxed)
+}
+
+fn sent(n: usize) {
+    STATEMENTS.fetch_add(n, Ordering::Relaxed);
+}
+
 /// A bound parameter. Nulls keep their type: PostgreSQL needs it.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Param {
@@ -307,6 +319,7 @@ pub(crate) enum Backend {
 
 impl Backend {
     pub(crate) async fn fetch_all(&self, sql: &str, params: &[Param]) -> Result<Vec<Row>, DbError> {
+        sent(1);
         match self {
             Backend::Sqlite(s) => Ok(sqlite_rows(&*s.reader().await, sql, params)?),
             Backend::Postgres(pool) => Ok(pg_query(sql, params)
@@ -319,6 +332,7 @@ impl Backend {
     }
 
     pub(crate) async fn execute(&self, sql: &str, params: &[Param]) -> Result<u64, DbError> {
+        sent(1);
         match self {
             Backend::Sqlite(s) => Ok(sqlite_execute(&*s.writer().await, sql, params)?),
             Backend::Postgres(pool) => {
@@ -327,7 +341,8 @@ impl Backend {
         }
     }
 
-    pub(crate) async fn begin_write(&self) -> Result<Tx, DbError> {
+    pub(crate) async fn begin_write(&self, lazy: bool) -> Result<Tx, DbError> {
+        sent(1);
         match self {
             Backend::Sqlite(s) => {
                 let conn = s.writer().await;
@@ -336,6 +351,11 @@ impl Backend {
                 conn.execute_batch("BEGIN IMMEDIATE")?;
                 Ok(Tx(TxInner::Sqlite(SqliteTx { conn, open: true })))
             }
+            // Sent as one simple query: the setting costs no extra round trip.
+            Backend::Postgres(pool) if lazy => Ok(Tx(TxInner::Postgres(
+                pool.begin_with("BEGIN; SET LOCAL synchronous_commit = off")
+                    .await?,
+            ))),
             Backend::Postgres(pool) => Ok(Tx(TxInner::Postgres(pool.begin().await?))),
         }
     }
@@ -365,6 +385,7 @@ impl Drop for SqliteTx {
 
 impl Tx {
     pub async fn fetch_all(&mut self, sql: &str, params: &[Param]) -> Result<Vec<Row>, DbError> {
+        sent(1);
         match &mut self.0 {
             TxInner::Sqlite(s) => Ok(sqlite_rows(&s.conn, sql, params)?),
             TxInner::Postgres(tx) => Ok(pg_query(sql, params)
@@ -385,6 +406,7 @@ impl Tx {
     }
 
     pub async fn execute(&mut self, sql: &str, params: &[Param]) -> Result<u64, DbError> {
+        sent(1);
         match &mut self.0 {
             TxInner::Sqlite(s) => Ok(sqlite_execute(&s.conn, sql, params)?),
             TxInner::Postgres(tx) => Ok(pg_query(sql, params)
@@ -395,6 +417,7 @@ impl Tx {
     }
 
     pub async fn commit(self) -> Result<(), DbError> {
+        sent(1);
         match self.0 {
             TxInner::Sqlite(mut s) => {
                 s.conn.execute_batch("COMMIT")?;

@@ -144,8 +144,8 @@ impl Db {
                     "expected a file path (an in-memory database would not be shared by its connections)".into(),
                 ));
             }
-            let sqlite = sql::Sqlite::open(path, max_connections as usize)
-                .map_err(|e| connect_error(e.to_string()))?;
+            let sqlite =
+                sql::Sqlite::open(path, max_connections as usize).map_err(connect_error)?;
             (Dialect::Sqlite, Backend::Sqlite(sqlite))
         } else {
             return Err(connect_error(

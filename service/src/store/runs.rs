@@ -172,6 +172,13 @@ impl SqlRunStore {
     /// Creates the run unless `(tenant, idempotency key)` exists; the unique
     /// constraint decides between concurrent requests, across processes too.
     pub async fn allocate(&self, new: &NewRun) -> Result<Allocation, DbError> {
+        // A replay is answered from a read, without taking the write lock.
+        if let Some(existing) = self
+            .by_key(&new.spec.tenant_id, &new.idempotency_key)
+            .await?
+        {
+            return Ok(Self::classify(existing, new));
+        }
         let now = now_ms();
         let spec = serde_json::to_string(&new.spec).expect("specs serialize");
         self.db.execute("INSERT INTO runs (run_id, tenant_id, case_id, actor, idempotency_key, request_hash, request_id, goal, planner_kind, model, status, state, step_count, spec, bundle_digest, created_at, updated_at, lease_owner, lease_expires_at) \
@@ -184,13 +191,17 @@ impl SqlRunStore {
                 table: "runs",
                 message: "allocated run vanished".into(),
             })?;
-        Ok(if existing.run_id == new.spec.run_id {
+        Ok(Self::classify(existing, new))
+    }
+
+    fn classify(existing: RunRecord, new: &NewRun) -> Allocation {
+        if existing.run_id == new.spec.run_id {
             Allocation::New(existing)
         } else if existing.request_hash == new.request_hash {
             Allocation::Existing(existing)
         } else {
             Allocation::Conflict(existing)
-        })
+        }
     }
 
     pub async fn by_key(&self, tenant: &str, key: &str) -> Result<Option<RunRecord>, DbError> {

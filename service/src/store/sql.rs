@@ -179,7 +179,7 @@ pub(crate) struct Sqlite {
 }
 
 impl Sqlite {
-    pub(crate) fn open(path: &str, readers: usize) -> Result<Self, rusqlite::Error> {
+    pub(crate) fn open(path: &str, readers: usize) -> Result<Self, String> {
         let open = || -> Result<rusqlite::Connection, rusqlite::Error> {
             let conn = rusqlite::Connection::open(path)?;
             // A busy writer (another process) is waited for, not failed at once.
@@ -192,10 +192,31 @@ impl Sqlite {
             conn.set_prepared_statement_cache_capacity(64);
             Ok(conn)
         };
-        let writer = Arc::new(Mutex::new(open()?));
+        let open = || open().map_err(|e| e.to_string());
+        let writer = open()?;
+        // Checkpoints mostly run on their own thread (below), not inside whichever
+        // commit fills the WAL: that commit would wait for the copy and an fsync.
+        // The writer still checkpoints past 4,000 pages, so that under sustained
+        // load (when the thread cannot catch up) the WAL stays bounded.
+        writer
+            .pragma_update(None, "wal_autocheckpoint", 4000)
+            .map_err(|e| e.to_string())?;
+        let writer = Arc::new(Mutex::new(writer));
         let readers = (0..readers.max(1))
             .map(|_| open().map(|c| Arc::new(Mutex::new(c))))
             .collect::<Result<_, _>>()?;
+        let checkpointer = open()?;
+        let alive = Arc::downgrade(&writer);
+        std::thread::Builder::new()
+            .name("caseops-sqlite-checkpoint".into())
+            .spawn(move || {
+                // PASSIVE never blocks writers or readers; it copies what it can.
+                while alive.strong_count() > 0 {
+                    std::thread::sleep(std::time::Duration::from_millis(250));
+                    let _ = checkpointer.execute_batch("PRAGMA wal_checkpoint(PASSIVE)");
+                }
+            })
+            .map_err(|e| format!("cannot start the checkpoint thread: {e}"))?;
         Ok(Self {
             writer,
             readers,

@@ -632,7 +632,9 @@ impl<B: ContractBundle> Engine<B> {
         if let Some(reason) = run.controls.exhausted(&self.budgets, self.now()) {
             return self.stop(run, "stopped", reason, store).await;
         }
-        self.commit(run, CommitPoint::BeforePlanner, store).await?;
+        if planner.is_external() {
+            self.commit(run, CommitPoint::BeforePlanner, store).await?;
+        }
         let view = self.view(run);
         let raw = match planner.propose(&view).await {
             Ok(raw) => raw,

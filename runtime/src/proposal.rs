@@ -19,6 +19,15 @@ pub trait Planner: Send + Sync {
     /// A short name recorded with the run (e.g. `conformance`, `openai-responses`).
     fn kind(&self) -> &'static str;
 
+    /// Whether a call leaves the process (a model API). The runtime commits the
+    /// run's state before every external call. A planner that is a pure function of
+    /// the view it is given answers the same after a crash, so nothing has to be
+    /// durable before it runs: its round is committed with the next tool call or
+    /// the terminal state instead.
+    fn is_external(&self) -> bool {
+        true
+    }
+
     fn propose(
         &self,
         view: &PlannerView,

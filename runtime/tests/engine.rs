@@ -87,6 +87,23 @@ async fn a_scripted_c102_run_completes_in_four_steps_with_two_commits_per_step()
     assert_legal_path(&store, "r1");
 }
 
+#[tokio::test]
+async fn an_in_process_planner_is_not_committed_before_but_with_the_next_tool_call() {
+    let mut planner = ScriptPlanner::new(c102_script());
+    planner.in_process = true;
+    let (executor, store) = (ok_executor(), MemoryStore::new());
+    let out = engine()
+        .start(spec("r1"), &planner, &executor, &store)
+        .await
+        .unwrap();
+    assert_eq!(out.status, "completed", "{out:?}");
+    // one before each tool (4), one terminal; every transition still recorded
+    assert_eq!(store.commits(), 5);
+    assert_legal_path(&store, "r1");
+    let run = store.get("r1").unwrap();
+    assert!(run.ledger.iter().all(|r| r.status == CallStatus::Succeeded));
+}
+
 #[test]
 fn illegal_transitions_are_rejected_and_never_applied() {
     let mut m = Machine::<RunState>::new();

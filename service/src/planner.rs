@@ -129,6 +129,11 @@ impl Planner for ConformancePlanner {
         "conformance"
     }
 
+    /// The conformance driver decides from the view alone, in-process.
+    fn is_external(&self) -> bool {
+        false
+    }
+
     async fn propose(&self, view: &PlannerView) -> Result<Value, PlannerError> {
         Ok(Self::decide(view))
     }
@@ -156,6 +161,13 @@ impl Planner for AnyPlanner {
         match self {
             AnyPlanner::Conformance(p) => p.kind(),
             AnyPlanner::OpenAi(p) => p.kind(),
+        }
+    }
+
+    fn is_external(&self) -> bool {
+        match self {
+            AnyPlanner::Conformance(p) => p.is_external(),
+            AnyPlanner::OpenAi(p) => p.is_external(),
         }
     }
 

@@ -14,8 +14,9 @@ use std::time::Duration;
 use db_support::fresh_databases;
 use serde_json::{Value, json};
 
-/// Commit points of a clean C-102 run: before 5 planner calls, before 4 tools, terminal.
-const COMMIT_POINTS: usize = 10;
+/// Commit points of a clean C-102 run with the in-process conformance driver: before
+/// each of 4 tools, terminal.
+const COMMIT_POINTS: usize = 5;
 
 struct Serve {
     child: Child,

@@ -6,8 +6,10 @@ mod db_support;
 use std::sync::Arc;
 
 use caseops_generated::{Bundle, Dispatcher};
+use caseops_runtime::context::PlannerView;
 use caseops_runtime::{
-    ContractBundle, Engine, ExecError, Executor, Risk, RunSpec, ToolCall, ToolDispatch,
+    ContractBundle, Engine, ExecError, Executor, Planner, PlannerError, Risk, RunSpec, ToolCall,
+    ToolDispatch,
 };
 use caseops_service::domain::reference_data;
 use caseops_service::planner::ConformancePlanner;
@@ -92,8 +94,9 @@ async fn a_c102_run_commits_at_most_two_transactions_per_tool_step() {
             .unwrap();
         assert_eq!(out.status, "completed", "{backend}: {out:?}");
         assert_eq!(out.step_count, 4);
-        // one before each of 5 planner calls, one before each of 4 tools, one terminal
-        assert_eq!(db.commits(), 10, "{backend}");
+        // the conformance driver runs in-process: one commit before each of 4
+        // tools, one terminal
+        assert_eq!(db.commits(), 5, "{backend}");
         let cps = store.checkpoints("tenant-demo", "r1").await.unwrap();
         assert!(
             cps.iter()
@@ -122,6 +125,38 @@ async fn a_c102_run_commits_at_most_two_transactions_per_tool_step() {
         );
         let v = audit::verify(&db).await.unwrap();
         assert_eq!((v.events, v.problems.len()), (1, 0), "{backend}");
+    }
+}
+
+/// The conformance driver, declared an external call (as a model API is).
+struct External(ConformancePlanner);
+
+impl Planner for External {
+    fn kind(&self) -> &'static str {
+        "external"
+    }
+
+    async fn propose(&self, view: &PlannerView) -> Result<Value, PlannerError> {
+        self.0.propose(view).await
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_with_an_external_planner_also_commits_before_every_planner_call() {
+    for (backend, url) in fresh_databases("external").await {
+        let (db, store, direct) = setup(&url).await;
+        store
+            .allocate(&new_run("r1", "key-00001", "h"))
+            .await
+            .unwrap();
+        let out = Engine::<Bundle>::new()
+            .unwrap()
+            .start(spec("r1"), &External(ConformancePlanner), &direct, &store)
+            .await
+            .unwrap();
+        assert_eq!(out.status, "completed", "{backend}: {out:?}");
+        // one before each of 5 planner calls, one before each of 4 tools, one terminal
+        assert_eq!(db.commits(), 10, "{backend}");
     }
 }
 

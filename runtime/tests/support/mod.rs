@@ -62,6 +62,8 @@ pub fn final_answer() -> Value {
 pub struct ScriptPlanner {
     script: Mutex<VecDeque<Value>>,
     pub views: Mutex<Vec<PlannerView>>,
+    /// Declares the planner in-process (not an external call).
+    pub in_process: bool,
 }
 
 impl ScriptPlanner {
@@ -69,6 +71,7 @@ impl ScriptPlanner {
         Self {
             script: Mutex::new(script.into()),
             views: Mutex::new(Vec::new()),
+            in_process: false,
         }
     }
 
@@ -80,6 +83,10 @@ impl ScriptPlanner {
 impl Planner for ScriptPlanner {
     fn kind(&self) -> &'static str {
         "script"
+    }
+
+    fn is_external(&self) -> bool {
+        !self.in_process
     }
 
     async fn propose(&self, view: &PlannerView) -> Result<Value, PlannerError> {

@@ -1,7 +1,7 @@
 //! Audit events (append-only, hash-chained per tenant) and outbox events, written in
 //! the same transaction as a run's terminal checkpoint.
 
-use super::sql::Tx;
+use super::sql::{Statement, Tx};
 use super::{Db, DbError, now_ms};
 use crate::params;
 use caseops_runtime::Outcome;
@@ -33,12 +33,15 @@ pub(crate) struct Who<'a> {
     pub request_id: Option<&'a str>,
 }
 
-pub(crate) async fn record_terminal(
+/// Appends the terminal `agent.run` event to the tenant's chain and the outbox
+/// event: reads the chain head inside `tx` and returns the two inserts, for the
+/// caller to run in the same transaction as the terminal checkpoint.
+pub(crate) async fn terminal_events(
     db: &Db,
     tx: &mut Tx,
     who: &Who<'_>,
     outcome: &Outcome,
-) -> Result<(), DbError> {
+) -> Result<[Statement; 2], DbError> {
     let (tenant, case_id, actor) = (who.tenant, who.case_id, who.actor);
     // One appender per tenant chain at a time: on PostgreSQL a transaction-scoped
     // advisory lock on the tenant (SQLite's BEGIN IMMEDIATE already serializes).
@@ -72,8 +75,6 @@ pub(crate) async fn record_terminal(
     });
     let hash = event_hash(&prev_hash, seq, RUN_EVENT, &outcome.run_id, &payload);
     let now = now_ms();
-    tx.execute("INSERT INTO audit_events (tenant_id, seq, event_id, run_id, kind, payload, prev_hash, hash, at_ms) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)", &params![tenant, seq, uuid::Uuid::new_v4().to_string(), &outcome.run_id, RUN_EVENT, payload.to_string(), &prev_hash, &hash, now])
-        .await?;
     let event = json!({
         "type": COMPLETED_TOPIC,
         "tenant_id": tenant,
@@ -84,9 +85,33 @@ pub(crate) async fn record_terminal(
         "stop_reason": outcome.stop_reason,
         "result": outcome.final_answer,
     });
-    tx.execute("INSERT INTO outbox_events (event_id, tenant_id, run_id, topic, payload, created_at) VALUES (?, ?, ?, ?, ?, ?)", &params![uuid::Uuid::new_v4().to_string(), tenant, &outcome.run_id, COMPLETED_TOPIC, event.to_string(), now])
-        .await?;
-    Ok(())
+    Ok([
+        Statement::new(
+            "INSERT INTO audit_events (tenant_id, seq, event_id, run_id, kind, payload, prev_hash, hash, at_ms) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            params![
+                tenant,
+                seq,
+                uuid::Uuid::new_v4().to_string(),
+                &outcome.run_id,
+                RUN_EVENT,
+                payload.to_string(),
+                &prev_hash,
+                &hash,
+                now
+            ],
+        ),
+        Statement::new(
+            "INSERT INTO outbox_events (event_id, tenant_id, run_id, topic, payload, created_at) VALUES (?, ?, ?, ?, ?, ?)",
+            params![
+                uuid::Uuid::new_v4().to_string(),
+                tenant,
+                &outcome.run_id,
+                COMPLETED_TOPIC,
+                event.to_string(),
+                now
+            ],
+        ),
+    ])
 }
 
 /// What `verify` found.

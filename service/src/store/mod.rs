@@ -133,6 +133,13 @@ impl Db {
             let pool = AnyPoolOptions::new()
                 .max_connections(max_connections)
                 .acquire_timeout(std::time::Duration::from_secs(5))
+                .after_connect(|conn, _| {
+                    Box::pin(async move {
+                        use sqlx::Executor;
+                        conn.execute("SET synchronous_commit = off").await?;
+                        Ok(())
+                    })
+                })
                 .connect(url)
                 .await
                 .map_err(|e| connect_error(e.to_string()))?;

@@ -2,8 +2,8 @@
 //! transaction per commit point (checkpoints, ledger rows, run record, and at the
 //! terminal state the audit and outbox events too).
 
-use super::sql::Row;
-use super::{Db, DbError, audit, now_ms};
+use super::sql::{Row, Statement};
+use super::{Db, DbError, Dialect, audit, now_ms};
 use crate::params;
 use caseops_runtime::store::{Batch, StoreError, StoredRun};
 use caseops_runtime::{CallStatus, Checkpoint, LedgerRow, Outcome, RunSpec, RunStore};
@@ -181,9 +181,32 @@ impl SqlRunStore {
         }
         let now = now_ms();
         let spec = serde_json::to_string(&new.spec).expect("specs serialize");
-        self.db.execute("INSERT INTO runs (run_id, tenant_id, case_id, actor, idempotency_key, request_hash, request_id, goal, planner_kind, model, status, state, step_count, spec, bundle_digest, created_at, updated_at, lease_owner, lease_expires_at) \
+        let inserted = self.db.execute("INSERT INTO runs (run_id, tenant_id, case_id, actor, idempotency_key, request_hash, request_id, goal, planner_kind, model, status, state, step_count, spec, bundle_digest, created_at, updated_at, lease_owner, lease_expires_at) \
              VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 'running', 'created', 0, ?, ?, ?, ?, ?, ?) ON CONFLICT (tenant_id, idempotency_key) DO NOTHING", &params![&new.spec.run_id, &new.spec.tenant_id, &new.spec.resource_id, &new.actor, &new.idempotency_key, &new.request_hash, &new.request_id, &new.spec.goal, &new.planner_kind, &new.model, spec, &new.bundle_digest, now, now, &self.owner, now + self.lease_ms])
         .await?;
+        if inserted == 1 {
+            // This request created it: the record is what was just written.
+            return Ok(Allocation::New(RunRecord {
+                run_id: new.spec.run_id.clone(),
+                tenant_id: new.spec.tenant_id.clone(),
+                case_id: new.spec.resource_id.clone(),
+                actor: new.actor.clone(),
+                idempotency_key: new.idempotency_key.clone(),
+                request_hash: new.request_hash.clone(),
+                goal: new.spec.goal.clone(),
+                planner_kind: new.planner_kind.clone(),
+                model: new.model.clone(),
+                status: "running".into(),
+                state: "created".into(),
+                step_count: 0,
+                final_result: None,
+                stop_reason: None,
+                bundle_digest: new.bundle_digest.clone(),
+                created_at: now,
+                updated_at: now,
+                spec: Some(new.spec.clone()),
+            }));
+        }
         let existing = self
             .by_key(&new.spec.tenant_id, &new.idempotency_key)
             .await?
@@ -282,24 +305,14 @@ impl SqlRunStore {
             .collect()
     }
 
-    async fn write(&self, batch: Batch) -> Result<(), DbError> {
-        let db = &self.db;
-        // What follows a lazy commit can be repeated (a planner call, a read), so it
-        // need not wait for the WAL flush: should the database itself crash and
-        // lose it, recovery resumes from the last flushed checkpoint and repeats
-        // the step. Flushed commits (writes, terminal) flush all before them.
-        let mut tx = if batch.point.must_flush() {
-            db.begin_write().await?
-        } else {
-            db.begin_lazy_write().await?
-        };
+    /// What a batch writes besides audit events: its checkpoints, ledger rows and,
+    /// last, the run record's update (whose row count proves the run exists).
+    fn batch_statements(&self, batch: &Batch) -> Vec<Statement> {
+        let mut parts = Vec::with_capacity(batch.ledger.len() + 2);
         if !batch.checkpoints.is_empty() {
             // One statement for the batch's checkpoints; the primary key
             // (run_id, sequence) still refuses a duplicated sequence.
             let tuples = vec!["(?, ?, ?, ?, ?, ?, ?)"; batch.checkpoints.len()].join(", ");
-            let sql = format!(
-                "INSERT INTO checkpoints (run_id, sequence, from_state, to_state, at_ms, reason, snapshot) VALUES {tuples}"
-            );
             let mut values = Vec::with_capacity(batch.checkpoints.len() * 7);
             for cp in &batch.checkpoints {
                 let snapshot = (!cp.snapshot.is_null()).then(|| cp.snapshot.to_string());
@@ -313,59 +326,105 @@ impl SqlRunStore {
                     snapshot
                 ]);
             }
-            tx.execute(&sql, &values).await?;
+            parts.push(Statement::new(
+                format!("INSERT INTO checkpoints (run_id, sequence, from_state, to_state, at_ms, reason, snapshot) VALUES {tuples}"),
+                values,
+            ));
         }
         for row in &batch.ledger {
-            tx.execute("INSERT INTO tool_executions (run_id, tool_call_id, tenant_id, tool_name, tool_version, arguments, arguments_hash, fingerprint, status, attempt_count, result, error_class, error_code, bundle_digest, started_at, finished_at) \
+            parts.push(Statement::new(
+                "INSERT INTO tool_executions (run_id, tool_call_id, tenant_id, tool_name, tool_version, arguments, arguments_hash, fingerprint, status, attempt_count, result, error_class, error_code, bundle_digest, started_at, finished_at) \
                  VALUES (?, ?, (SELECT tenant_id FROM runs WHERE run_id = ?), ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) \
                  ON CONFLICT (run_id, tool_call_id) DO UPDATE SET status = excluded.status, attempt_count = excluded.attempt_count, result = excluded.result, \
-                 error_class = excluded.error_class, error_code = excluded.error_code, finished_at = excluded.finished_at", &params![&row.run_id, &row.tool_call_id, &row.run_id, &row.tool_name, &row.tool_version, row.arguments.to_string(), &row.arguments_hash, &row.fingerprint, row.status.as_str(), i64::from(row.attempt_count), row.result.as_ref().map(Value::to_string), row.error_class.clone(), row.error_code.clone(), &row.bundle_digest, row.started_at_ms as i64, row.finished_at_ms.map(|v| v as i64)])
-            .await?;
+                 error_class = excluded.error_class, error_code = excluded.error_code, finished_at = excluded.finished_at",
+                params![&row.run_id, &row.tool_call_id, &row.run_id, &row.tool_name, &row.tool_version, row.arguments.to_string(), &row.arguments_hash, &row.fingerprint, row.status.as_str(), i64::from(row.attempt_count), row.result.as_ref().map(Value::to_string), row.error_class.clone(), row.error_code.clone(), &row.bundle_digest, row.started_at_ms as i64, row.finished_at_ms.map(|v| v as i64)],
+            ));
         }
         let status = match &batch.outcome {
             Some(o) => o.status.clone(),
             None => "running".to_string(),
         };
         // Every commit renews this process's lease; the terminal one releases it.
-        let terminal = batch.outcome.is_some();
         let now = now_ms();
-        let (owner, expires) = if terminal {
+        let (owner, expires) = if batch.outcome.is_some() {
             (None, None)
         } else {
             (Some(self.owner.clone()), Some(now + self.lease_ms))
         };
-        let updated = tx.execute("UPDATE runs SET state = ?, status = ?, step_count = ?, final_result = ?, stop_reason = ?, updated_at = ?, lease_owner = ?, lease_expires_at = ? WHERE run_id = ?", &params![&batch.state, &status, i64::from(batch.step_count), batch.outcome.as_ref().and_then(|o| o.final_answer.as_ref()).map(Value::to_string), batch.outcome.as_ref().and_then(|o| o.stop_reason.clone()), now, owner, expires, &batch.run_id])
-            .await?;
+        parts.push(Statement::new(
+            "UPDATE runs SET state = ?, status = ?, step_count = ?, final_result = ?, stop_reason = ?, updated_at = ?, lease_owner = ?, lease_expires_at = ? WHERE run_id = ?",
+            params![&batch.state, &status, i64::from(batch.step_count), batch.outcome.as_ref().and_then(|o| o.final_answer.as_ref()).map(Value::to_string), batch.outcome.as_ref().and_then(|o| o.stop_reason.clone()), now, owner, expires, &batch.run_id],
+        ));
+        parts
+    }
+
+    async fn write(&self, batch: Batch) -> Result<(), DbError> {
+        let db = &self.db;
+        let mut parts = self.batch_statements(&batch);
+        let flush = batch.point.must_flush();
+        let updated = if db.dialect == Dialect::Postgres && !flush && batch.outcome.is_none() {
+            // One merged statement, atomic on its own: one round trip, and lazy by
+            // the connection's default (see `sql.rs`).
+            let merged = Statement::merged(parts);
+            db.execute(&merged.sql, &merged.params).await?
+        } else {
+            let mut tx = if flush {
+                db.begin_write().await?
+            } else {
+                db.begin_lazy_write().await?
+            };
+            if let Some(outcome) = &batch.outcome {
+                let run = tx
+                    .fetch_optional(
+                        "SELECT tenant_id, case_id, actor, request_id FROM runs WHERE run_id = ?",
+                        &params![&batch.run_id],
+                    )
+                    .await?
+                    .ok_or_else(|| DbError::Corrupt {
+                        table: "runs",
+                        message: format!("no run `{}`", batch.run_id),
+                    })?;
+                let (tenant, case, actor): (String, String, String) = (
+                    run.get("tenant_id")?,
+                    run.get("case_id")?,
+                    run.get("actor")?,
+                );
+                let request_id: Option<String> = run.get("request_id")?;
+                let who = audit::Who {
+                    tenant: &tenant,
+                    case_id: &case,
+                    actor: &actor,
+                    request_id: request_id.as_deref(),
+                };
+                let events = audit::terminal_events(db, &mut tx, &who, outcome).await?;
+                // Before the run's update, which stays last for its row count.
+                let at = parts.len() - 1;
+                parts.splice(at..at, events);
+            }
+            let updated = match db.dialect {
+                Dialect::Postgres => {
+                    let merged = Statement::merged(parts);
+                    tx.execute(&merged.sql, &merged.params).await?
+                }
+                Dialect::Sqlite => {
+                    let mut updated = 0;
+                    for part in &parts {
+                        updated = tx.execute(&part.sql, &part.params).await?;
+                    }
+                    updated
+                }
+            };
+            if updated == 1 {
+                tx.commit().await?;
+            }
+            updated
+        };
         if updated != 1 {
             return Err(DbError::Corrupt {
                 table: "runs",
                 message: format!("no run `{}`", batch.run_id),
             });
         }
-        if let Some(outcome) = &batch.outcome {
-            let run = tx
-                .fetch_optional(
-                    "SELECT tenant_id, case_id, actor, request_id FROM runs WHERE run_id = ?",
-                    &params![&batch.run_id],
-                )
-                .await?
-                .ok_or_else(|| DbError::Corrupt {
-                    table: "runs",
-                    message: format!("no run `{}`", batch.run_id),
-                })?;
-            let tenant: String = run.get("tenant_id")?;
-            let case: String = run.get("case_id")?;
-            let actor: String = run.get("actor")?;
-            let request_id: Option<String> = run.get("request_id")?;
-            let who = audit::Who {
-                tenant: &tenant,
-                case_id: &case,
-                actor: &actor,
-                request_id: request_id.as_deref(),
-            };
-            audit::record_terminal(db, &mut tx, &who, outcome).await?;
-        }
-        tx.commit().await?;
         db.count_commit();
         crate::fault::after_commit(db.commits());
         Ok(())

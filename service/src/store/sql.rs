@@ -98,6 +98,48 @@ impl rusqlite::ToSql for Param {
     }
 }
 
+/// One statement with its parameters, to run later or to merge with others.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Statement {
+    pub sql: String,
+    pub params: Vec<Param>,
+}
+
+impl Statement {
+    pub fn new(sql: impl Into<String>, params: impl Into<Vec<Param>>) -> Self {
+        Self {
+            sql: sql.into(),
+            params: params.into(),
+        }
+    }
+
+    /// PostgreSQL: the statements as one, each but the last a data-modifying CTE
+    /// (`WITH s0 AS (…), s1 AS (…) <last>`), so they cost one round trip; one
+    /// statement is atomic on its own. The row count is the last statement's.
+    pub fn merged(parts: Vec<Statement>) -> Statement {
+        let mut parts = parts;
+        let Some(last) = parts.pop() else {
+            return Statement::new("SELECT 1", Vec::new());
+        };
+        if parts.is_empty() {
+            return last;
+        }
+        let mut sql = String::from("WITH ");
+        let mut params = Vec::new();
+        for (i, part) in parts.into_iter().enumerate() {
+            if i > 0 {
+                sql.push_str(", ");
+            }
+            sql.push_str(&format!("s{i} AS ({})", part.sql));
+            params.extend(part.params);
+        }
+        sql.push(' ');
+        sql.push_str(&last.sql);
+        params.extend(last.params);
+        Statement { sql, params }
+    }
+}
+
 /// A cell as read back.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Cell {
@@ -335,6 +377,11 @@ fn pg_row(row: &sqlx::any::AnyRow) -> Row {
 #[derive(Debug)]
 pub(crate) enum Backend {
     Sqlite(Sqlite),
+    /// Its connections run with `synchronous_commit = off`: a statement outside a
+    /// flushed transaction ([`Backend::begin_write`] with `lazy: false`) may reach
+    /// the disk a moment after it returns. Everything that must survive a crash of
+    /// the database (terminal runs, commits before writes, seeded reference data)
+    /// is written in a flushed transaction, which also flushes all before it.
     Postgres(AnyPool),
 }
 
@@ -372,12 +419,13 @@ impl Backend {
                 conn.execute_batch("BEGIN IMMEDIATE")?;
                 Ok(Tx(TxInner::Sqlite(SqliteTx { conn, open: true })))
             }
-            // Sent as one simple query: the setting costs no extra round trip.
-            Backend::Postgres(pool) if lazy => Ok(Tx(TxInner::Postgres(
-                pool.begin_with("BEGIN; SET LOCAL synchronous_commit = off")
+            // Connections default to lazy commits (see `Backend::Postgres`); a
+            // flushed transaction says so in its BEGIN, sent as one simple query.
+            Backend::Postgres(pool) if lazy => Ok(Tx(TxInner::Postgres(pool.begin().await?))),
+            Backend::Postgres(pool) => Ok(Tx(TxInner::Postgres(
+                pool.begin_with("BEGIN; SET LOCAL synchronous_commit = on")
                     .await?,
             ))),
-            Backend::Postgres(pool) => Ok(Tx(TxInner::Postgres(pool.begin().await?))),
         }
     }
 }
@@ -447,5 +495,31 @@ impl Tx {
             }
             TxInner::Postgres(tx) => Ok(tx.commit().await?),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn merged_statements_keep_their_parameters_in_placeholder_order() {
+        let merged = Statement::merged(vec![
+            Statement::new("INSERT INTO a VALUES (?)", params![1]),
+            Statement::new("INSERT INTO b VALUES (?, ?)", params![2, "x"]),
+            Statement::new("UPDATE c SET v = ? WHERE id = ?", params![3, "y"]),
+        ]);
+        assert_eq!(
+            numbered(&merged.sql),
+            "WITH s0 AS (INSERT INTO a VALUES ($1)), s1 AS (INSERT INTO b VALUES ($2, $3)) \
+             UPDATE c SET v = $4 WHERE id = $5"
+        );
+        assert_eq!(merged.params, params![1, 2, "x", 3, "y"].to_vec());
+    }
+
+    #[test]
+    fn one_statement_merges_to_itself() {
+        let only = Statement::new("UPDATE c SET v = ?", params![1]);
+        assert_eq!(Statement::merged(vec![only.clone()]), only);
     }
 }

@@ -133,6 +133,10 @@ impl Db {
             let pool = AnyPoolOptions::new()
                 .max_connections(max_connections)
                 .acquire_timeout(std::time::Duration::from_secs(5))
+                // No ping before every acquire: it was a second round trip per
+                // statement (145 -> 85 us for `SELECT 1` here). A connection broken
+                // by a database restart fails one statement and is then discarded.
+                .test_before_acquire(false)
                 .after_connect(|conn, _| {
                     Box::pin(async move {
                         use sqlx::Executor;

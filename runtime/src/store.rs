@@ -1,6 +1,6 @@
 //! Durable runs: the `RunStore` trait and an in-memory implementation.
 //!
-//! The runtime hands the store one [`Batch`] per commit point (before each planner
+//! The runtime hands the store one [`Batch`] per commit point (before each external planner
 //! call, before each tool execution, at the terminal state). Everything in a batch
 //! belongs in one transaction; every checkpoint row is still written.
 

@@ -388,6 +388,33 @@ async fn a_case_outside_the_tokens_case_is_denied() {
 }
 
 #[tokio::test]
+async fn each_token_of_one_task_is_authorized_by_its_own_claims() {
+    let s = start().await;
+    let allowed = s
+        .call(
+            &s.demo_token(),
+            "caseops_get_case_snapshot",
+            json!({"case_id": "C-102"}),
+        )
+        .await;
+    assert_eq!(allowed["result"]["isError"], false, "{allowed}");
+    // Same task id, another case in the claims: the first token's entities must not
+    // be reused for it.
+    let other_case = s.token("tenant-demo", "C-999", ALL_SCOPES);
+    let denied = s
+        .call(
+            &other_case,
+            "caseops_get_case_snapshot",
+            json!({"case_id": "C-102"}),
+        )
+        .await;
+    assert_eq!(
+        denied["result"]["structuredContent"]["code"],
+        "TOOL_RESOURCE_MISMATCH"
+    );
+}
+
+#[tokio::test]
 async fn invalid_arguments_are_a_tool_error_with_a_code() {
     let s = start().await;
     let r = s

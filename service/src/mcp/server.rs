@@ -2,8 +2,9 @@
 //! JSON responses. It speaks the protocol exactly and still decides tenant, scope and
 //! resource itself: identity comes only from the task token.
 
+use std::collections::HashMap;
 use std::marker::PhantomData;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use axum::Router;
 use axum::body::Bytes;
@@ -11,7 +12,7 @@ use axum::extract::{DefaultBodyLimit, State};
 use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{any, get};
-use caseops_runtime::authorization::{Authorization, AuthzDecision};
+use caseops_runtime::authorization::{Authorization, AuthzDecision, Principal};
 use caseops_runtime::validation::Validators;
 use caseops_runtime::{CallContext, ContractBundle, RunSpec, ToolDispatch, ToolError};
 use serde_json::{Map, Value, json};
@@ -67,10 +68,16 @@ pub struct McpServer<B: ContractBundle, D> {
     verifier: TokenVerifier,
     validators: Validators,
     authorization: Authorization,
+    /// Cedar entities per task (see [`McpServer::principal`]).
+    principals: Mutex<HashMap<String, Arc<Principal>>>,
     dispatch: D,
     listing: Vec<Value>,
     _bundle: PhantomData<B>,
 }
+
+/// Tasks whose Cedar entities are kept (≈ 15 KB each); emptied when full. A task
+/// makes its few calls close together, so a few hundred cover many concurrent runs.
+const PRINCIPALS_KEPT: usize = 512;
 
 #[derive(Debug, thiserror::Error)]
 pub enum McpSetupError {
@@ -100,10 +107,36 @@ impl<B: ContractBundle, D: ToolDispatch + 'static> McpServer<B, D> {
             verifier,
             validators,
             authorization,
+            principals: Mutex::new(HashMap::new()),
             dispatch,
             listing,
             _bundle: PhantomData,
         })
+    }
+
+    /// The task's Cedar entities. Building them was most of a decision's cost and
+    /// they depend only on the token's claims, which a task's calls share, so they
+    /// are kept per claims (a verified token's claims never change).
+    fn principal(&self, spec: &RunSpec) -> Result<Arc<Principal>, String> {
+        let key = format!(
+            "{}\n{}\n{}\n{}\n{}\n{}",
+            spec.tenant_id,
+            spec.task_id,
+            spec.subject,
+            spec.resource_id,
+            spec.scopes.join(" "),
+            spec.stage
+        );
+        if let Some(p) = self.principals.lock().expect("principal cache").get(&key) {
+            return Ok(p.clone());
+        }
+        let principal = Arc::new(self.authorization.principal(spec, &spec.stage, B::TOOLS)?);
+        let mut cache = self.principals.lock().expect("principal cache");
+        if cache.len() >= PRINCIPALS_KEPT {
+            cache.clear();
+        }
+        cache.insert(key, principal.clone());
+        Ok(principal)
     }
 
     /// The axum router: `/mcp`, the protected-resource metadata and `/health/live`.
@@ -258,10 +291,13 @@ impl<B: ContractBundle, D: ToolDispatch + 'static> McpServer<B, D> {
             goal: String::new(),
             correlation_id: claims.jti.clone(),
         };
-        if let AuthzDecision::Deny { reason, .. } =
-            self.authorization
-                .authorize(&spec, &spec.stage, tool, &arguments)
-        {
+        let decision = match self.principal(&spec) {
+            Ok(principal) => self
+                .authorization
+                .authorize_as(&principal, tool, &arguments),
+            Err(message) => AuthzDecision::unevaluable(message),
+        };
+        if let AuthzDecision::Deny { reason, .. } = decision {
             return Ok(tool_error(
                 &reason,
                 "the call is not authorized",

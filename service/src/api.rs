@@ -307,21 +307,20 @@ async fn start_run(
             }
             let outcome = match state.runs.load_started(&r.run_id).await {
                 Ok(true) => {
-                    state
-                        .engine
-                        .resume(&r.run_id, planner, &state.executor, &state.runs)
-                        .await
+                    let resume =
+                        state
+                            .engine
+                            .resume(&r.run_id, planner, &state.executor, &state.runs);
+                    state.runs.while_leased(&r.run_id, resume).await
                 }
                 Ok(false) => {
-                    state
-                        .engine
-                        .start(
-                            r.spec.clone().unwrap_or(spec),
-                            planner,
-                            &state.executor,
-                            &state.runs,
-                        )
-                        .await
+                    let start = state.engine.start(
+                        r.spec.clone().unwrap_or(spec),
+                        planner,
+                        &state.executor,
+                        &state.runs,
+                    );
+                    state.runs.while_leased(&r.run_id, start).await
                 }
                 Err(e) => return internal(e),
             };
@@ -334,11 +333,10 @@ async fn start_run(
             let lock = state.run_lock(&r.run_id);
             let _driving = lock.lock().await;
             state.metrics.runs_started.fetch_add(1, Ordering::Relaxed);
-            if let Err(e) = state
+            let start = state
                 .engine
-                .start(spec, planner, &state.executor, &state.runs)
-                .await
-            {
+                .start(spec, planner, &state.executor, &state.runs);
+            if let Err(e) = state.runs.while_leased(&r.run_id, start).await {
                 return internal(e);
             }
             (r, StatusCode::CREATED, false)
@@ -391,10 +389,10 @@ pub async fn sweep(state: Arc<AppState>, every: std::time::Duration) {
             {
                 continue;
             }
-            let result = state
+            let resume = state
                 .engine
-                .resume(&run_id, &state.planner, &state.executor, &state.runs)
-                .await;
+                .resume(&run_id, &state.planner, &state.executor, &state.runs);
+            let result = state.runs.while_leased(&run_id, resume).await;
             if let Err(e) = result {
                 eprintln!("caseops: resuming `{run_id}` failed: {e}");
             }

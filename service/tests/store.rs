@@ -4,6 +4,7 @@
 mod db_support;
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use caseops_generated::{Bundle, Dispatcher};
 use caseops_runtime::context::PlannerView;
@@ -356,5 +357,31 @@ async fn concurrent_runs_on_one_database_all_complete() {
                 .unwrap_or_else(|e| panic!("{backend}: {e}"));
             assert_eq!(out.status, "completed", "{backend}");
         }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_is_not_taken_over_while_a_long_call_keeps_its_lease_alive() {
+    for (backend, url) in fresh_databases("heartbeat").await {
+        let (db, store, _) = setup(&url).await;
+        let holder = store.with_lease_ms(600);
+        holder
+            .allocate(&new_run("r1", "key-00001", "h"))
+            .await
+            .unwrap();
+        let other = SqlRunStore::new(db.clone()).with_lease_ms(600);
+        // A call three lease lengths long, with another process trying to take
+        // the run over in the middle of it.
+        let (_, claimed_meanwhile) = tokio::join!(
+            holder.while_leased("r1", tokio::time::sleep(Duration::from_millis(1800))),
+            async {
+                tokio::time::sleep(Duration::from_millis(1200)).await;
+                other.claim("r1").await.unwrap()
+            }
+        );
+        assert!(!claimed_meanwhile, "{backend}: the lease was renewed");
+        // Once the work is over the heartbeat stops, and the lease runs out.
+        tokio::time::sleep(Duration::from_millis(800)).await;
+        assert!(other.claim("r1").await.unwrap(), "{backend}: lease expired");
     }
 }

@@ -141,6 +141,44 @@ impl SqlRunStore {
         Ok(done == 1)
     }
 
+    /// Extends this process's lease on a run it holds; false when it no longer
+    /// holds it (taken over after expiring, or finished).
+    pub async fn renew(&self, run_id: &str) -> Result<bool, DbError> {
+        let done = self
+            .db
+            .execute(
+                "UPDATE runs SET lease_expires_at = ? WHERE run_id = ? AND lease_owner = ? AND status = 'running'",
+                &params![now_ms() + self.lease_ms, run_id, &self.owner],
+            )
+            .await?;
+        Ok(done == 1)
+    }
+
+    /// Runs `work` on a run this process holds, renewing the lease every third of
+    /// its length meanwhile: commits renew it too, but a single planner or tool
+    /// call may outlast a lease, and the run must not look abandoned while it runs.
+    pub async fn while_leased<F: std::future::Future>(&self, run_id: &str, work: F) -> F::Output {
+        let every = std::time::Duration::from_millis((self.lease_ms / 3).max(1) as u64);
+        let store = self.clone();
+        let id = run_id.to_string();
+        let heartbeat = tokio::spawn(async move {
+            let mut tick = tokio::time::interval(every);
+            tick.tick().await;
+            loop {
+                tick.tick().await;
+                match store.renew(&id).await {
+                    Ok(true) => {}
+                    // Finished, or another process took it over: nothing to keep.
+                    Ok(false) => break,
+                    Err(e) => eprintln!("caseops: renewing the lease of `{id}` failed: {e}"),
+                }
+            }
+        });
+        let out = work.await;
+        heartbeat.abort();
+        out
+    }
+
     /// Runs whose lease expired (their process died), oldest first. On PostgreSQL
     /// the rows are locked with `FOR UPDATE SKIP LOCKED` so sweeping replicas never
     /// pick the same run; the claim that follows is the real guard on both backends.

@@ -59,6 +59,19 @@ pub struct RunningHost {
     pub mcp_url: String,
 }
 
+/// Small JSON answers go out at once rather than wait on Nagle's algorithm for an
+/// acknowledgement (a stall of up to the peer's delayed-ACK timer).
+fn nodelay(
+    listener: tokio::net::TcpListener,
+) -> impl axum::serve::Listener<Io = tokio::net::TcpStream, Addr = SocketAddr> {
+    use axum::serve::ListenerExt;
+    listener.tap_io(|stream| {
+        if let Err(e) = stream.set_nodelay(true) {
+            eprintln!("caseops: cannot set TCP_NODELAY on a connection: {e}");
+        }
+    })
+}
+
 async fn bind(addr: SocketAddr) -> Result<tokio::net::TcpListener, HostError> {
     tokio::net::TcpListener::bind(addr)
         .await
@@ -88,7 +101,7 @@ pub async fn start(config: HostConfig) -> Result<RunningHost, HostError> {
         )
         .map_err(|e| HostError::Setup(e.to_string()))?;
         tokio::spawn(async move {
-            if let Err(e) = axum::serve(listener, server.router()).await {
+            if let Err(e) = axum::serve(nodelay(listener), server.router()).await {
                 eprintln!("caseops: mcp server stopped: {e}");
             }
         });
@@ -132,7 +145,7 @@ pub async fn start(config: HostConfig) -> Result<RunningHost, HostError> {
         tokio::spawn(api::sweep(state.clone(), sweep_every));
         let router = api::router(state);
         tokio::spawn(async move {
-            if let Err(e) = axum::serve(listener, router).await {
+            if let Err(e) = axum::serve(nodelay(listener), router).await {
                 eprintln!("caseops: api server stopped: {e}");
             }
         });

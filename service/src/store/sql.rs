@@ -356,18 +356,26 @@ fn pg_query(
 }
 
 fn pg_row(row: &sqlx::any::AnyRow) -> Row {
+    use sqlx::any::AnyTypeInfoKind as Kind;
     let names: Arc<[String]> = row.columns().iter().map(|c| c.name().to_string()).collect();
-    let cells = (0..names.len())
-        .map(|i| {
-            if let Ok(v) = row.try_get::<Option<i64>, _>(i) {
-                v.map_or(Cell::Null, Cell::Int)
-            } else if let Ok(v) = row.try_get::<Option<String>, _>(i) {
-                v.map_or(Cell::Null, Cell::Text)
-            } else if let Ok(v) = row.try_get::<Option<f64>, _>(i) {
-                v.map_or(Cell::Null, Cell::Real)
-            } else {
-                Cell::Null
-            }
+    let cells = row
+        .columns()
+        .iter()
+        .enumerate()
+        .map(|(i, column)| {
+            // Decoded by the column's type: our tables hold integers, doubles and text.
+            let cell = match column.type_info().kind() {
+                Kind::SmallInt | Kind::Integer | Kind::BigInt => row
+                    .try_get::<Option<i64>, _>(i)
+                    .map(|v| v.map_or(Cell::Null, Cell::Int)),
+                Kind::Real | Kind::Double => row
+                    .try_get::<Option<f64>, _>(i)
+                    .map(|v| v.map_or(Cell::Null, Cell::Real)),
+                _ => row
+                    .try_get::<Option<String>, _>(i)
+                    .map(|v| v.map_or(Cell::Null, Cell::Text)),
+            };
+            cell.unwrap_or(Cell::Null)
         })
         .collect();
     Row { names, cells }

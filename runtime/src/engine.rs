@@ -38,6 +38,29 @@ pub enum RuntimeError {
     NotFound(String),
     #[error("run `{run_id}` has a corrupt checkpoint: {message}")]
     Corrupt { run_id: String, message: String },
+    /// The driver was asked to stop between steps; the run is committed where it
+    /// stopped and another driver may resume it.
+    #[error("run `{0}` was handed over between steps")]
+    Interrupted(String),
+}
+
+/// Asked between steps whether the driver should stop and hand its run over (a
+/// process shutting down). A step in progress always finishes first.
+pub trait Interrupt: Sync {
+    fn requested(&self) -> bool;
+}
+
+/// Never interrupts.
+impl Interrupt for () {
+    fn requested(&self) -> bool {
+        false
+    }
+}
+
+impl Interrupt for std::sync::atomic::AtomicBool {
+    fn requested(&self) -> bool {
+        self.load(std::sync::atomic::Ordering::Acquire)
+    }
 }
 
 /// Loading a bundle failed: its schemas or policies do not compile.
@@ -218,6 +241,20 @@ impl<B: ContractBundle> Engine<B> {
         executor: &E,
         store: &St,
     ) -> Result<Outcome, RuntimeError> {
+        self.start_interruptible(spec, planner, executor, store, &())
+            .await
+    }
+
+    /// [`Engine::start`], stopping between steps when `interrupt` asks
+    /// ([`RuntimeError::Interrupted`]).
+    pub async fn start_interruptible<P: Planner, E: Executor, St: RunStore, I: Interrupt>(
+        &self,
+        spec: RunSpec,
+        planner: &P,
+        executor: &E,
+        store: &St,
+        interrupt: &I,
+    ) -> Result<Outcome, RuntimeError> {
         let now = self.now();
         let mut run = Run {
             stage: spec.stage.clone(),
@@ -230,7 +267,8 @@ impl<B: ContractBundle> Engine<B> {
             ledger: Vec::new(),
             principal: None,
         };
-        self.drive(&mut run, planner, executor, store).await
+        self.drive(&mut run, planner, executor, store, interrupt)
+            .await
     }
 
     /// Resumes a run from its last committed checkpoint (DESIGN §4 recovery).
@@ -240,6 +278,19 @@ impl<B: ContractBundle> Engine<B> {
         planner: &P,
         executor: &E,
         store: &St,
+    ) -> Result<Outcome, RuntimeError> {
+        self.resume_interruptible(run_id, planner, executor, store, &())
+            .await
+    }
+
+    /// [`Engine::resume`], stopping between steps when `interrupt` asks.
+    pub async fn resume_interruptible<P: Planner, E: Executor, St: RunStore, I: Interrupt>(
+        &self,
+        run_id: &str,
+        planner: &P,
+        executor: &E,
+        store: &St,
+        interrupt: &I,
     ) -> Result<Outcome, RuntimeError> {
         let stored = store
             .load(run_id)
@@ -265,11 +316,13 @@ impl<B: ContractBundle> Engine<B> {
         }
         let current = B::State::parse(&snap.state)
             .ok_or_else(|| corrupt(format!("unknown state `{}`", snap.state)))?;
+        let mut controls = snap.controls;
+        controls.resume_segment(last.at_ms, self.now());
         let mut run = Run {
             spec: snap.spec,
             machine: Machine::restore(current, snap.sequence),
             stage: snap.stage,
-            controls: snap.controls,
+            controls,
             pending: snap.pending,
             outcome: snap.outcome,
             checkpoints: Vec::new(),
@@ -289,7 +342,8 @@ impl<B: ContractBundle> Engine<B> {
                 return Ok(outcome);
             }
         }
-        self.drive(&mut run, planner, executor, store).await
+        self.drive(&mut run, planner, executor, store, interrupt)
+            .await
     }
 
     /// A call was pending when the run stopped. Reads are discarded and re-planned;
@@ -584,12 +638,13 @@ impl<B: ContractBundle> Engine<B> {
         }
     }
 
-    async fn drive<P: Planner, E: Executor, St: RunStore>(
+    async fn drive<P: Planner, E: Executor, St: RunStore, I: Interrupt>(
         &self,
         run: &mut Run<B::State>,
         planner: &P,
         executor: &E,
         store: &St,
+        interrupt: &I,
     ) -> Result<Outcome, RuntimeError> {
         loop {
             let current = run.machine.state();
@@ -598,6 +653,13 @@ impl<B: ContractBundle> Engine<B> {
             }
             match current.as_str() {
                 "created" | "observing" => {
+                    // Between steps: the only place a driver hands a run over.
+                    if interrupt.requested() {
+                        if !run.checkpoints.is_empty() {
+                            self.commit(run, CommitPoint::Suspend, store).await?;
+                        }
+                        return Err(RuntimeError::Interrupted(run.spec.run_id.clone()));
+                    }
                     if let Some(reason) = run.controls.exhausted(&self.budgets, self.now())
                         && current.as_str() == "observing"
                     {

@@ -37,7 +37,7 @@ pub use contract::{
     Backoff, BackoffKind, Budgets, Effects, ErrorClass, ErrorDecl, FieldContract, FieldSource,
     OnUnknown, Risk, ToolContract,
 };
-pub use engine::{Engine, EngineError, RuntimeError};
+pub use engine::{Engine, EngineError, Interrupt, RuntimeError};
 pub use execution::{EffectStatus, ExecError, Executor, ToolCall};
 pub use handler::{CallContext, ToolDispatch, ToolError};
 pub use proposal::{Planner, PlannerError};

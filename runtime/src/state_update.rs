@@ -21,7 +21,13 @@ pub struct Controls {
     observations: Vec<Observation>,
     tokens: u64,
     cost_micro_usd: u64,
+    /// When the current driving segment began (the run's start, or its last resume).
     started_at_ms: u64,
+    /// Time driven in earlier segments, up to each one's last committed checkpoint.
+    /// Time a run lay orphaned between segments is not in it: the wall-clock budget
+    /// limits work, not the outage of a replica that held the run.
+    #[serde(default)]
+    driven_ms: u64,
 }
 
 impl Controls {
@@ -97,13 +103,29 @@ impl Controls {
         self.step_count += 1;
     }
 
+    /// A new driver takes the run over from a checkpoint committed at
+    /// `last_commit_ms`: the previous segment counts up to that checkpoint (what it
+    /// did after it is lost and will be redone), and a new segment starts now.
+    pub fn resume_segment(&mut self, last_commit_ms: u64, now_ms: u64) {
+        self.driven_ms = self
+            .driven_ms
+            .saturating_add(last_commit_ms.saturating_sub(self.started_at_ms));
+        self.started_at_ms = now_ms;
+    }
+
+    /// Milliseconds this run has been driven, over every segment.
+    pub fn driven_ms(&self, now_ms: u64) -> u64 {
+        self.driven_ms
+            .saturating_add(now_ms.saturating_sub(self.started_at_ms))
+    }
+
     pub fn recovered(&mut self) {
         self.recovery_count += 1;
     }
 
     /// The budget a new step would cross, if any.
     pub fn exhausted(&self, budgets: &Budgets, now_ms: u64) -> Option<&'static str> {
-        let elapsed = now_ms.saturating_sub(self.started_at_ms);
+        let elapsed = self.driven_ms(now_ms);
         if elapsed >= u64::from(budgets.max_wall_clock_seconds) * 1000 {
             return Some(reasons::WALL_CLOCK_EXHAUSTED);
         }

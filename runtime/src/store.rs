@@ -20,6 +20,9 @@ pub enum CommitPoint {
     BeforeTool { read_only: bool },
     /// The run ended; the outcome is durable with its terminal checkpoint.
     Terminal,
+    /// The driver stops between steps (its process shuts down) and hands the run
+    /// over: what it did since its last commit is kept for the next driver.
+    Suspend,
 }
 
 impl CommitPoint {
@@ -34,7 +37,7 @@ impl CommitPoint {
     /// be flushed; a flushed commit also flushes every commit before it.
     pub fn must_flush(self) -> bool {
         match self {
-            CommitPoint::BeforePlanner => false,
+            CommitPoint::BeforePlanner | CommitPoint::Suspend => false,
             CommitPoint::BeforeTool { read_only } => !read_only,
             CommitPoint::Terminal => true,
         }
@@ -69,6 +72,10 @@ pub enum StoreError {
     SequenceGap { run_id: String, last: u64, got: u64 },
     #[error("store unavailable: {0}")]
     Unavailable(String),
+    /// Another driver holds the run now (this one's lease expired and was taken
+    /// over); nothing of the batch was written and this driver must stop.
+    #[error("run `{run_id}` is driven elsewhere: this driver lost its lease")]
+    LeaseLost { run_id: String },
 }
 
 pub trait RunStore: Send + Sync {
@@ -152,5 +159,6 @@ mod tests {
         assert!(!CommitPoint::BeforeTool { read_only: true }.must_flush());
         assert!(CommitPoint::BeforeTool { read_only: false }.must_flush());
         assert!(CommitPoint::Terminal.must_flush());
+        assert!(!CommitPoint::Suspend.must_flush());
     }
 }

@@ -578,3 +578,131 @@ async fn resuming_a_finished_run_returns_its_outcome_without_running_anything() 
     );
     assert_eq!((p2.calls(), e2.calls()), (0, 0));
 }
+
+#[tokio::test]
+async fn time_a_run_lay_orphaned_is_not_charged_to_its_wall_clock_budget() {
+    let now = Arc::new(AtomicU64::new(1_000_000));
+    let clock_now = now.clone();
+    let clock: caseops_runtime::engine::Clock = Arc::new(move || clock_now.load(Ordering::SeqCst));
+    // The driver dies after its second commit (the first tool ran); the run then
+    // lies orphaned for ten minutes, ten times its 60 s budget.
+    let store = FailingStore::new(3);
+    let planner = ScriptPlanner::new(c102_script());
+    let engine = engine().with_clock(clock);
+    let err = engine
+        .start(spec("r-orphan"), &planner, &ok_executor(), &store)
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("injected failure"), "{err}");
+    now.fetch_add(600_000, Ordering::SeqCst);
+
+    let out = engine
+        .resume(
+            "r-orphan",
+            &ScriptPlanner::new(c102_script()),
+            &ok_executor(),
+            &store.inner,
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        (out.status.as_str(), out.stop_reason.as_deref()),
+        ("completed", None),
+        "{out:?}"
+    );
+    assert_eq!(out.step_count, 4);
+    assert_legal_path(&store.inner, "r-orphan");
+}
+
+#[tokio::test]
+async fn time_driven_before_a_takeover_still_counts_against_the_budget() {
+    let now = Arc::new(AtomicU64::new(1_000_000));
+    let clock_now = now.clone();
+    let clock: caseops_runtime::engine::Clock = Arc::new(move || clock_now.load(Ordering::SeqCst));
+    let tick = now.clone();
+    // Every call takes 25 s of a 60 s budget. The first driver commits before its
+    // second call at 25 s driven and dies after it; an hour passes. The second
+    // driver redoes that call (50 s) and the third (75 s): there the budget ends the
+    // run, after three steps. Had the first 25 s been forgotten, it would run four.
+    let executor = ScriptExecutor::new(move |c: &caseops_runtime::ToolCall, _| {
+        tick.fetch_add(25_000, Ordering::SeqCst);
+        Ok(result_for(c.tool.name, &c.arguments))
+    });
+    let store = FailingStore::new(5);
+    let engine = engine().with_clock(clock);
+    engine
+        .start(
+            spec("r-driven"),
+            &ScriptPlanner::new(c102_script()),
+            &executor,
+            &store,
+        )
+        .await
+        .unwrap_err();
+    now.fetch_add(3_600_000, Ordering::SeqCst);
+    let out = engine
+        .resume(
+            "r-driven",
+            &ScriptPlanner::new(c102_script().split_off(1)),
+            &executor,
+            &store.inner,
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        (out.status.as_str(), out.stop_reason.as_deref()),
+        ("stopped", Some("WALL_CLOCK_EXHAUSTED")),
+        "{out:?}"
+    );
+    assert_eq!(out.step_count, 3, "{out:?}");
+}
+
+#[tokio::test]
+async fn an_interrupted_driver_hands_the_run_over_between_steps_and_it_resumes_to_the_same_result()
+{
+    use std::sync::atomic::AtomicBool;
+    let stop = Arc::new(AtomicBool::new(false));
+    let flag = stop.clone();
+    // The interrupt arrives while the second tool runs: that step finishes first.
+    let executor = ScriptExecutor::new(move |c: &caseops_runtime::ToolCall, n| {
+        if n == 1 {
+            flag.store(true, Ordering::SeqCst);
+        }
+        Ok(result_for(c.tool.name, &c.arguments))
+    });
+    let store = MemoryStore::new();
+    let engine = engine();
+    let err = engine
+        .start_interruptible(
+            spec("r-handover"),
+            &ScriptPlanner::new(c102_script()),
+            &executor,
+            &store,
+            &*stop,
+        )
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, caseops_runtime::RuntimeError::Interrupted(ref id) if id == "r-handover"),
+        "{err}"
+    );
+    assert_eq!(executor.calls(), 2, "the step in progress finished");
+    let stored = store.get("r-handover").unwrap();
+    assert_eq!(
+        stored.checkpoints.last().unwrap().to,
+        "observing",
+        "the finished step was committed before the hand-over"
+    );
+
+    // The next driver goes on from there: the two reads are not repeated.
+    let planner = ScriptPlanner::new(c102_script().split_off(2));
+    let next = ok_executor();
+    let out = engine
+        .resume("r-handover", &planner, &next, &store)
+        .await
+        .unwrap();
+    assert_eq!(out.status, "completed", "{out:?}");
+    assert_eq!((out.step_count, out.recovery_count), (4, 0));
+    assert_eq!(next.calls(), 2);
+    assert_legal_path(&store, "r-handover");
+}

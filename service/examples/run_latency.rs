@@ -120,6 +120,7 @@ async fn through_api(url: &str, runs: usize) -> Vec<f64> {
         only: None,
         lease_ms: 30_000,
         planner: AnyPlanner::Conformance(ConformancePlanner),
+        workers: 8,
     })
     .await
     .unwrap();

@@ -7,7 +7,6 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 
 use axum::Router;
 use axum::body::Bytes;
@@ -17,15 +16,15 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use caseops_generated::Bundle;
 use caseops_runtime::fingerprint::{canonical_json, sha256_hex};
-use caseops_runtime::{ContractBundle, Engine, Planner, Risk, RunSpec};
+use caseops_runtime::{ContractBundle, Risk, RunSpec};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use crate::mcp::client::McpClient;
-use crate::planner::AnyPlanner;
+use crate::metrics::Metrics;
 use crate::store::reference::SqlRepository;
 use crate::store::runs::{Allocation, NewRun, RunRecord, SqlRunStore};
 use crate::tools::CaseRepository;
+use crate::worker::{Waited, Workers};
 
 /// Who an API key belongs to.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -61,36 +60,17 @@ pub fn dev_keys() -> HashMap<String, ApiPrincipal> {
     ])
 }
 
-#[derive(Debug, Default)]
-pub struct Metrics {
-    runs_started: AtomicU64,
-    runs_replayed: AtomicU64,
-    runs_by_status: std::sync::Mutex<HashMap<String, u64>>,
-    /// `(tool, outcome)` → count, from the ledgers of finished runs.
-    tool_calls: std::sync::Mutex<HashMap<(String, String), u64>>,
-    steps: AtomicU64,
-    run_latency_ms_sum: AtomicU64,
-}
-
 pub struct AppState {
     pub runs: SqlRunStore,
     pub repo: SqlRepository,
-    pub engine: Engine<Bundle>,
-    pub executor: McpClient<Bundle>,
+    pub workers: Arc<Workers>,
     pub keys: HashMap<String, ApiPrincipal>,
-    pub metrics: Metrics,
-    pub planner: AnyPlanner,
-    /// One driver per run inside this process (the lease guards across processes).
-    pub run_locks: std::sync::Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
-}
-
-impl AppState {
-    fn run_lock(&self, run_id: &str) -> Arc<tokio::sync::Mutex<()>> {
-        let mut locks = self.run_locks.lock().expect("run locks");
-        // Forget locks nobody holds, so the map does not grow with every run.
-        locks.retain(|_, l| Arc::strong_count(l) > 1);
-        locks.entry(run_id.to_string()).or_default().clone()
-    }
+    pub metrics: Arc<Metrics>,
+    pub planner_kind: &'static str,
+    pub planner_model: Option<String>,
+    /// How long a run request waits for its run when the client states no
+    /// preference (`Prefer: wait=N` overrides it, `respond-async` skips it).
+    pub default_wait: std::time::Duration,
 }
 
 pub fn router(state: Arc<AppState>) -> Router {
@@ -99,6 +79,7 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/v1/agent-runs/{run_id}", get(get_run))
         .route("/v1/agent-runs/{run_id}/tool-executions", get(get_ledger))
         .route("/v1/agent-runs/{run_id}/checkpoints", get(get_checkpoints))
+        .route("/v1/agent-runs/{run_id}/events", get(crate::events::stream))
         .route("/health/live", get(|| async { "ok" }))
         .route("/health/ready", get(ready))
         .route("/metrics", get(metrics))
@@ -122,7 +103,7 @@ pub fn problem(status: StatusCode, title: &str, detail: &str) -> Response {
     r
 }
 
-fn principal(state: &AppState, headers: &HeaderMap) -> Result<ApiPrincipal, Response> {
+pub(crate) fn principal(state: &AppState, headers: &HeaderMap) -> Result<ApiPrincipal, Response> {
     let key = headers.get("x-api-key").and_then(|v| v.to_str().ok());
     match key.and_then(|k| state.keys.get(k)) {
         Some(p) => Ok(p.clone()),
@@ -153,7 +134,7 @@ struct StartBody {
     goal: String,
 }
 
-fn run_view(r: &RunRecord, replayed: bool) -> Value {
+pub(crate) fn run_view(r: &RunRecord, replayed: bool) -> Value {
     json!({
         "run_id": r.run_id,
         "case_id": r.case_id,
@@ -174,13 +155,108 @@ fn not_found() -> Response {
     problem(StatusCode::NOT_FOUND, "Not Found", "no such case")
 }
 
-fn internal(e: impl std::fmt::Display) -> Response {
+pub(crate) fn internal(e: impl std::fmt::Display) -> Response {
     eprintln!("caseops api: error: {e}");
     problem(
         StatusCode::INTERNAL_SERVER_ERROR,
         "Internal Server Error",
         "the run could not be processed; it is resumable",
     )
+}
+
+/// What a client asked for in `Prefer` (RFC 7240): `respond-async` and `wait=N`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub(crate) struct Prefer {
+    pub respond_async: bool,
+    pub wait_seconds: Option<u64>,
+}
+
+impl Prefer {
+    /// Reads every `Prefer` header; unknown preferences are ignored, as the RFC says.
+    pub(crate) fn from_headers(headers: &HeaderMap) -> Self {
+        let mut prefer = Prefer::default();
+        for value in headers.get_all("prefer") {
+            let Ok(text) = value.to_str() else { continue };
+            for pref in text.split(',') {
+                let pref = pref.split(';').next().unwrap_or_default().trim();
+                let (name, value) = match pref.split_once('=') {
+                    Some((n, v)) => (n.trim(), Some(v.trim().trim_matches('"'))),
+                    None => (pref, None),
+                };
+                if name.eq_ignore_ascii_case("respond-async") {
+                    prefer.respond_async = true;
+                } else if name.eq_ignore_ascii_case("wait") {
+                    prefer.wait_seconds = value.and_then(|v| v.parse().ok());
+                }
+            }
+        }
+        prefer
+    }
+
+    /// How long to wait for the run: `wait=N` bounds it (with or without
+    /// `respond-async`); `respond-async` alone does not wait.
+    fn wait(self, default: std::time::Duration) -> std::time::Duration {
+        match (self.wait_seconds, self.respond_async) {
+            (Some(n), _) => std::time::Duration::from_secs(n).min(default),
+            (None, true) => std::time::Duration::ZERO,
+            (None, false) => default,
+        }
+    }
+}
+
+/// How the request found its run.
+enum Admitted {
+    /// This request created it.
+    New(RunRecord),
+    /// A run with this key and request exists and is not finished.
+    Unfinished(RunRecord),
+    /// A finished run with this key and request: a replay.
+    Finished(RunRecord),
+    Conflict,
+}
+
+/// Records the run (or finds it by its key) and hands an unfinished one to a
+/// worker. It runs in a task of its own, so a client that disconnects meanwhile
+/// cannot leave it half done.
+async fn admit(state: Arc<AppState>, new: NewRun) -> Result<Admitted, crate::store::DbError> {
+    let runs = &state.runs;
+    match runs.allocate(&new).await? {
+        Allocation::Conflict(_) => Ok(Admitted::Conflict),
+        Allocation::Existing(r) if SqlRunStore::outcome_of(&r).is_some() => {
+            Ok(Admitted::Finished(r))
+        }
+        Allocation::Existing(r) => {
+            // Left unfinished: take it over if its lease is free or expired (its
+            // process died); if a live process holds it, that one drives it and
+            // this request only waits.
+            if runs.claim(&r.run_id).await? {
+                state.workers.hand_over(&r.run_id).await?;
+            }
+            Ok(Admitted::Unfinished(r))
+        }
+        Allocation::New(r) => {
+            state.metrics.run_started();
+            state.workers.hand_over(&r.run_id).await?;
+            Ok(Admitted::New(r))
+        }
+    }
+}
+
+/// 202 Accepted: the run goes on; poll `Location` or follow its events.
+fn accepted(r: &RunRecord, prefer: Prefer) -> Response {
+    let mut response = (StatusCode::ACCEPTED, axum::Json(run_view(r, false))).into_response();
+    let h = response.headers_mut();
+    if let Ok(v) = HeaderValue::from_str(&format!("/v1/agent-runs/{}", r.run_id)) {
+        h.insert(header::LOCATION, v);
+    }
+    h.insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+    if prefer.respond_async {
+        h.insert(
+            "preference-applied",
+            HeaderValue::from_static("respond-async"),
+        );
+    }
+    response
 }
 
 async fn start_run(
@@ -232,16 +308,18 @@ async fn start_run(
     match state.repo.case(&who.tenant_id, &case_id).await {
         Ok(Some(_)) => {}
         Ok(None) => return not_found(),
-        Err(e) => return internal(e),
+        Err(e) => return unavailable(e),
+    }
+    if state.workers.is_stopping() {
+        return shutting_down();
     }
     let request_id = headers
         .get("x-request-id")
         .and_then(|v| v.to_str().ok())
         .map(str::to_string)
         .unwrap_or_else(|| uuid::Uuid::new_v4().to_string());
-    let planner = &state.planner;
     let request_hash = sha256_hex(
-        canonical_json(&json!({ "case_id": case_id, "goal": goal, "planner": planner.kind() }))
+        canonical_json(&json!({ "case_id": case_id, "goal": goal, "planner": state.planner_kind }))
             .as_bytes(),
     );
     let spec = RunSpec {
@@ -258,149 +336,92 @@ async fn start_run(
         correlation_id: request_id.clone(),
     };
     let new = NewRun {
-        spec: spec.clone(),
+        spec,
         actor: who.actor.clone(),
         idempotency_key: key.to_string(),
         request_hash,
         request_id: Some(request_id),
-        planner_kind: planner.kind().into(),
-        model: planner.model(),
+        planner_kind: state.planner_kind.into(),
+        model: state.planner_model.clone(),
         bundle_digest: Bundle::BUNDLE_DIGEST.into(),
     };
     let started = std::time::Instant::now();
-    let (record, status, replayed) = match state.runs.allocate(&new).await {
+    let admitted = match tokio::spawn(admit(state.clone(), new)).await {
+        Ok(Ok(a)) => a,
+        Ok(Err(e)) => return unavailable(e),
         Err(e) => return internal(e),
-        Ok(Allocation::Conflict(_)) => {
+    };
+    let (record, created) = match admitted {
+        Admitted::Conflict => {
             return problem(
                 StatusCode::CONFLICT,
                 "Conflict",
                 "this Idempotency-Key was used with a different request",
             );
         }
-        Ok(Allocation::Existing(r)) if SqlRunStore::outcome_of(&r).is_some() => {
-            state.metrics.runs_replayed.fetch_add(1, Ordering::Relaxed);
+        Admitted::Finished(r) => {
+            state.metrics.run_replayed();
             return (StatusCode::OK, axum::Json(run_view(&r, true))).into_response();
         }
-        Ok(Allocation::Existing(r)) => {
-            // A run left unfinished: resume it if its lease is free or expired (its
-            // process died); never run it beside the process that holds it, nor
-            // beside this process's own sweeper.
-            let lock = state.run_lock(&r.run_id);
-            let _driving = lock.lock().await;
-            match state.runs.get(&who.tenant_id, &r.run_id).await {
-                Ok(Some(now)) if SqlRunStore::outcome_of(&now).is_some() => {
-                    return (StatusCode::OK, axum::Json(run_view(&now, false))).into_response();
-                }
-                Ok(_) => {}
-                Err(e) => return internal(e),
-            }
-            match state.runs.claim(&r.run_id).await {
-                Ok(true) => {}
-                Ok(false) => {
-                    return problem(
-                        StatusCode::CONFLICT,
-                        "Conflict",
-                        "this run is being executed by another process; retry later",
-                    );
-                }
-                Err(e) => return internal(e),
-            }
-            let outcome = match state.runs.load_started(&r.run_id).await {
-                Ok(true) => {
-                    let resume =
-                        state
-                            .engine
-                            .resume(&r.run_id, planner, &state.executor, &state.runs);
-                    state.runs.while_leased(&r.run_id, resume).await
-                }
-                Ok(false) => {
-                    let start = state.engine.start(
-                        r.spec.clone().unwrap_or(spec),
-                        planner,
-                        &state.executor,
-                        &state.runs,
-                    );
-                    state.runs.while_leased(&r.run_id, start).await
-                }
-                Err(e) => return internal(e),
+        Admitted::New(r) => (r, true),
+        Admitted::Unfinished(r) => (r, false),
+    };
+    let prefer = Prefer::from_headers(&headers);
+    let wait = prefer.wait(state.default_wait);
+    let waited = if wait.is_zero() {
+        Waited::Pending(record)
+    } else {
+        match state
+            .workers
+            .wait(&who.tenant_id, &record.run_id, wait)
+            .await
+        {
+            Ok(w) => w,
+            Err(e) => return unavailable(e),
+        }
+    };
+    state.metrics.request_served(started.elapsed());
+    match waited {
+        Waited::Finished(r) => {
+            let status = if created {
+                StatusCode::CREATED
+            } else {
+                StatusCode::OK
             };
-            if let Err(e) = outcome {
-                return internal(e);
-            }
-            (r, StatusCode::OK, false)
+            (status, axum::Json(run_view(&r, false))).into_response()
         }
-        Ok(Allocation::New(r)) => {
-            let lock = state.run_lock(&r.run_id);
-            let _driving = lock.lock().await;
-            state.metrics.runs_started.fetch_add(1, Ordering::Relaxed);
-            let start = state
-                .engine
-                .start(spec, planner, &state.executor, &state.runs);
-            if let Err(e) = state.runs.while_leased(&r.run_id, start).await {
-                return internal(e);
-            }
-            (r, StatusCode::CREATED, false)
-        }
-    };
-    let fresh = match state.runs.get(&who.tenant_id, &record.run_id).await {
-        Ok(Some(r)) => r,
-        Ok(None) => return internal("run vanished"),
-        Err(e) => return internal(e),
-    };
-    state
-        .metrics
-        .steps
-        .fetch_add(fresh.step_count as u64, Ordering::Relaxed);
-    state
-        .metrics
-        .run_latency_ms_sum
-        .fetch_add(started.elapsed().as_millis() as u64, Ordering::Relaxed);
-    *state
-        .metrics
-        .runs_by_status
-        .lock()
-        .expect("metrics lock")
-        .entry(fresh.status.clone())
-        .or_default() += 1;
-    if let Ok(rows) = state.runs.ledger(&who.tenant_id, &fresh.run_id).await {
-        let mut calls = state.metrics.tool_calls.lock().expect("metrics lock");
-        for row in rows {
-            *calls
-                .entry((row.tool_name, row.status.as_str().to_string()))
-                .or_default() += 1;
-        }
-    }
-    (status, axum::Json(run_view(&fresh, replayed))).into_response()
-}
-
-/// Resumes runs whose process died (their lease expired), forever, every `every`.
-pub async fn sweep(state: Arc<AppState>, every: std::time::Duration) {
-    loop {
-        tokio::time::sleep(every).await;
-        let Ok(runs) = state.runs.expired(10).await else {
-            continue;
-        };
-        for (run_id, tenant) in runs {
-            let lock = state.run_lock(&run_id);
-            let _driving = lock.lock().await;
-            // A request may have finished it while we waited for the lock.
-            if let Ok(Some(r)) = state.runs.get(&tenant, &run_id).await
-                && SqlRunStore::outcome_of(&r).is_some()
-            {
-                continue;
-            }
-            let resume = state
-                .engine
-                .resume(&run_id, &state.planner, &state.executor, &state.runs);
-            let result = state.runs.while_leased(&run_id, resume).await;
-            if let Err(e) = result {
-                eprintln!("caseops: resuming `{run_id}` failed: {e}");
-            }
+        Waited::Pending(r) => {
+            state.metrics.answered_async();
+            accepted(&r, prefer)
         }
     }
 }
 
-async fn find(
+/// The database failed this request; the run (if any) is safe and resumable.
+pub(crate) fn unavailable(e: impl std::fmt::Display) -> Response {
+    eprintln!("caseops api: database error: {e}");
+    let mut r = problem(
+        StatusCode::SERVICE_UNAVAILABLE,
+        "Service Unavailable",
+        "the database did not answer; retry with the same Idempotency-Key",
+    );
+    r.headers_mut()
+        .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+    r
+}
+
+fn shutting_down() -> Response {
+    let mut r = problem(
+        StatusCode::SERVICE_UNAVAILABLE,
+        "Service Unavailable",
+        "this replica is shutting down; retry with the same Idempotency-Key",
+    );
+    r.headers_mut()
+        .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+    r
+}
+
+pub(crate) async fn find(
     state: &AppState,
     headers: &HeaderMap,
     run_id: &str,
@@ -409,7 +430,7 @@ async fn find(
     match state.runs.get(&who.tenant_id, run_id).await {
         Ok(Some(r)) => Ok((who, r)),
         Ok(None) => Err(problem(StatusCode::NOT_FOUND, "Not Found", "no such run")),
-        Err(e) => Err(internal(e)),
+        Err(e) => Err(unavailable(e)),
     }
 }
 
@@ -437,7 +458,7 @@ async fn get_ledger(
         Ok(rows) => {
             axum::Json(json!({ "run_id": run_id, "tool_executions": rows })).into_response()
         }
-        Err(e) => internal(e),
+        Err(e) => unavailable(e),
     }
 }
 
@@ -458,80 +479,46 @@ async fn get_checkpoints(
                 .collect();
             axum::Json(json!({ "run_id": run_id, "checkpoints": list })).into_response()
         }
-        Err(e) => internal(e),
+        Err(e) => unavailable(e),
     }
 }
 
+/// Ready when the database commits a write and the MCP server lists the compiled
+/// tools, each checked within 900 ms: a database that restarts, fills up or turns
+/// read-only makes this answer 503 within a second, and it recovers by itself.
+/// A process that is shutting down is not ready either (balancers drain it).
 async fn ready(State(state): State<Arc<AppState>>) -> Response {
-    let db = state.runs.db.fetch_optional("SELECT 1", &[]).await;
-    let mcp = state.executor.check_listing().await;
-    match (db, mcp) {
-        (Ok(_), Ok(())) => {
-            axum::Json(json!({ "status": "ready", "database": "ok", "mcp": "ok" })).into_response()
-        }
-        (db, mcp) => {
-            let body = json!({
-                "status": "not_ready",
-                "database": db.map(|_| "ok".to_string()).unwrap_or_else(|e| e.to_string()),
-                "mcp": mcp.map(|_| "ok".to_string()).unwrap_or_else(|e| e.to_string()),
-            });
-            (StatusCode::SERVICE_UNAVAILABLE, axum::Json(body)).into_response()
-        }
+    const WITHIN: std::time::Duration = std::time::Duration::from_millis(900);
+    let timed_out = |what: &str| format!("{what} did not answer within 900 ms");
+    let (db, mcp) = tokio::join!(
+        tokio::time::timeout(WITHIN, state.runs.db.probe_write()),
+        tokio::time::timeout(WITHIN, state.workers.driver().executor.check_listing()),
+    );
+    let db = match db {
+        Ok(Ok(())) => Ok(()),
+        Ok(Err(e)) => Err(e.to_string()),
+        Err(_) => Err(timed_out("the database")),
+    };
+    let mcp = match mcp {
+        Ok(Ok(())) => Ok(()),
+        Ok(Err(e)) => Err(e.to_string()),
+        Err(_) => Err(timed_out("the mcp server")),
+    };
+    let stopping = state.workers.is_stopping();
+    if db.is_ok() && mcp.is_ok() && !stopping {
+        return axum::Json(json!({ "status": "ready", "database": "ok", "mcp": "ok" }))
+            .into_response();
     }
+    let body = json!({
+        "status": if stopping { "stopping" } else { "not_ready" },
+        "database": db.err().unwrap_or_else(|| "ok".into()),
+        "mcp": mcp.err().unwrap_or_else(|| "ok".into()),
+    });
+    (StatusCode::SERVICE_UNAVAILABLE, axum::Json(body)).into_response()
 }
 
 async fn metrics(State(state): State<Arc<AppState>>) -> Response {
-    let m = &state.metrics;
-    let mut out = String::new();
-    out.push_str("# HELP caseops_runs_started_total Agent runs created.\n# TYPE caseops_runs_started_total counter\n");
-    out.push_str(&format!(
-        "caseops_runs_started_total {}\n",
-        m.runs_started.load(Ordering::Relaxed)
-    ));
-    out.push_str("# HELP caseops_runs_replayed_total Requests answered from an existing run.\n# TYPE caseops_runs_replayed_total counter\n");
-    out.push_str(&format!(
-        "caseops_runs_replayed_total {}\n",
-        m.runs_replayed.load(Ordering::Relaxed)
-    ));
-    out.push_str("# HELP caseops_runs_finished_total Runs by terminal status.\n# TYPE caseops_runs_finished_total counter\n");
-    let mut by: Vec<(String, u64)> = m
-        .runs_by_status
-        .lock()
-        .expect("metrics lock")
-        .iter()
-        .map(|(k, v)| (k.clone(), *v))
-        .collect();
-    by.sort();
-    for (status, n) in by {
-        out.push_str(&format!(
-            "caseops_runs_finished_total{{status=\"{status}\"}} {n}\n"
-        ));
-    }
-    out.push_str("# HELP caseops_tool_calls_total Tool calls by tool and outcome.\n# TYPE caseops_tool_calls_total counter\n");
-    let mut calls: Vec<((String, String), u64)> = m
-        .tool_calls
-        .lock()
-        .expect("metrics lock")
-        .iter()
-        .map(|(k, v)| (k.clone(), *v))
-        .collect();
-    calls.sort();
-    for ((tool, outcome), n) in calls {
-        out.push_str(&format!(
-            "caseops_tool_calls_total{{tool=\"{tool}\",outcome=\"{outcome}\"}} {n}\n"
-        ));
-    }
-    out.push_str("# HELP caseops_run_steps_total Tool steps of finished runs.\n# TYPE caseops_run_steps_total counter\n");
-    out.push_str(&format!(
-        "caseops_run_steps_total {}\n",
-        m.steps.load(Ordering::Relaxed)
-    ));
-    out.push_str("# HELP caseops_run_latency_ms_sum Milliseconds spent serving run requests.\n# TYPE caseops_run_latency_ms_sum counter\n");
-    out.push_str(&format!(
-        "caseops_run_latency_ms_sum {}\n",
-        m.run_latency_ms_sum.load(Ordering::Relaxed)
-    ));
-    let mut r = out.into_response();
+    let mut r = state.metrics.render().into_response();
     r.headers_mut().insert(
         header::CONTENT_TYPE,
         HeaderValue::from_static("text/plain; version=0.0.4"),

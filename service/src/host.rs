@@ -6,14 +6,17 @@ use std::sync::Arc;
 use caseops_generated::{Bundle, Dispatcher};
 use caseops_runtime::Engine;
 
-use crate::api::{self, ApiPrincipal, AppState, Metrics};
+use crate::api::{self, ApiPrincipal, AppState};
 use crate::mcp::client::McpClient;
 use crate::mcp::server::{McpConfig, McpServer};
 use crate::mcp::token::TokenIssuer;
+use crate::metrics::Metrics;
 use crate::store::Db;
 use crate::store::reference::SqlRepository;
 use crate::store::runs::SqlRunStore;
 use crate::tools::CaseOpsTools;
+use crate::worker::{Driver, WorkerConfig, Workers};
+use tokio_util::sync::CancellationToken;
 
 /// The signing key used when none is configured; production mode refuses it.
 pub const DEV_SIGNING_KEY: &str = "caseops-development-signing-key-do-not-use";
@@ -36,9 +39,11 @@ pub struct HostConfig {
     /// With `only = Api`, where the separate MCP server is.
     pub mcp_url: Option<String>,
     pub only: Option<Only>,
-    /// How long a run's lease lasts without a commit (see `SqlRunStore::claim`).
+    /// How long a run's lease lasts without a renewal (see `SqlRunStore::claim`).
     pub lease_ms: i64,
     pub planner: crate::planner::AnyPlanner,
+    /// Runs driven at once by this process.
+    pub workers: usize,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -51,12 +56,73 @@ pub enum HostError {
     Setup(String),
 }
 
-/// A started host; dropping it does not stop the servers (they run on the runtime).
+/// A started host; dropping it does not stop the servers (they run on the runtime):
+/// [`RunningHost::shutdown`] does, gracefully.
 pub struct RunningHost {
     pub db: Db,
     pub api_addr: Option<SocketAddr>,
     pub mcp_addr: Option<SocketAddr>,
     pub mcp_url: String,
+    workers: Option<Arc<Workers>>,
+    api: Option<Server>,
+    mcp: Option<Server>,
+}
+
+/// A server task and the token that stops it accepting connections.
+struct Server {
+    stop: CancellationToken,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Server {
+    fn spawn(
+        name: &'static str,
+        listener: tokio::net::TcpListener,
+        router: axum::Router,
+    ) -> Server {
+        let stop = CancellationToken::new();
+        let stopped = stop.clone();
+        let task = tokio::spawn(async move {
+            let serve = axum::serve(nodelay(listener), router)
+                .with_graceful_shutdown(async move { stopped.cancelled().await });
+            if let Err(e) = serve.await {
+                eprintln!("caseops: {name} server stopped: {e}");
+            }
+        });
+        Server { stop, task }
+    }
+
+    /// Stops accepting, then waits (at most `within`) for open requests to end.
+    async fn stop(self, within: std::time::Duration) {
+        self.stop.cancel();
+        let mut task = self.task;
+        if tokio::time::timeout(within, &mut task).await.is_err() {
+            task.abort();
+        }
+    }
+}
+
+impl RunningHost {
+    /// Graceful shutdown, in the order that loses nothing: the API stops accepting
+    /// and its waiting requests answer 202 (the run goes on elsewhere); run drivers
+    /// finish the step they are in (at most `grace`) and hand their runs over;
+    /// every lease still held is released, so another replica resumes those runs
+    /// at once; the MCP server stops last, because drivers here call it until then.
+    pub async fn shutdown(self, grace: std::time::Duration) {
+        if let Some(api) = &self.api {
+            api.stop.cancel();
+        }
+        if let Some(workers) = &self.workers {
+            workers.shutdown(grace).await;
+        }
+        let settle = std::time::Duration::from_secs(2);
+        if let Some(api) = self.api {
+            api.stop(settle).await;
+        }
+        if let Some(mcp) = self.mcp {
+            mcp.stop(settle).await;
+        }
+    }
 }
 
 /// Small JSON answers go out at once rather than wait on Nagle's algorithm for an
@@ -87,6 +153,7 @@ pub async fn start(config: HostConfig) -> Result<RunningHost, HostError> {
     let repo = SqlRepository { db: db.clone() };
 
     let mut mcp_addr = None;
+    let mut mcp = None;
     let mcp_url = if config.only != Some(Only::Api) {
         let listener = bind(config.mcp_listen).await?;
         let addr = listener
@@ -100,11 +167,7 @@ pub async fn start(config: HostConfig) -> Result<RunningHost, HostError> {
             Dispatcher(CaseOpsTools { repo: repo.clone() }),
         )
         .map_err(|e| HostError::Setup(e.to_string()))?;
-        tokio::spawn(async move {
-            if let Err(e) = axum::serve(nodelay(listener), server.router()).await {
-                eprintln!("caseops: mcp server stopped: {e}");
-            }
-        });
+        mcp = Some(Server::spawn("mcp", listener, server.router()));
         mcp_addr = Some(addr);
         url
     } else {
@@ -115,6 +178,8 @@ pub async fn start(config: HostConfig) -> Result<RunningHost, HostError> {
     };
 
     let mut api_addr = None;
+    let mut api = None;
+    let mut workers = None;
     if config.only != Some(Only::Mcp) {
         let issuer = TokenIssuer::new(
             &key,
@@ -124,15 +189,39 @@ pub async fn start(config: HostConfig) -> Result<RunningHost, HostError> {
             TOKEN_TTL_SECONDS,
         )
         .map_err(|e| HostError::Setup(e.to_string()))?;
-        let state = AppState {
-            runs: SqlRunStore::new(db.clone()).with_lease_ms(config.lease_ms),
-            repo,
-            engine: Engine::<Bundle>::new().map_err(|e| HostError::Setup(e.to_string()))?,
-            executor: McpClient::new(mcp_url.clone(), issuer),
-            keys: config.keys.clone(),
-            metrics: Metrics::default(),
+        // Room for every commit of many runs at once: a waiter that falls behind
+        // only re-reads its run.
+        let (changes, _) = tokio::sync::broadcast::channel(1024);
+        let runs = SqlRunStore::new(db.clone())
+            .with_lease_ms(config.lease_ms)
+            .with_changes(changes.clone());
+        let engine = Engine::<Bundle>::new().map_err(|e| HostError::Setup(e.to_string()))?;
+        let metrics = Arc::new(Metrics::default());
+        let budget =
+            std::time::Duration::from_secs(u64::from(engine.budgets().max_wall_clock_seconds));
+        let driver = Driver {
+            engine,
             planner: config.planner.clone(),
-            run_locks: Default::default(),
+            executor: McpClient::new(mcp_url.clone(), issuer),
+            runs: runs.clone(),
+        };
+        let pool = Workers::start(
+            driver,
+            metrics.clone(),
+            changes,
+            WorkerConfig::for_lease(config.workers, config.lease_ms),
+        );
+        let state = AppState {
+            runs,
+            repo,
+            workers: pool.clone(),
+            keys: config.keys.clone(),
+            metrics,
+            planner_kind: caseops_runtime::Planner::kind(&config.planner),
+            planner_model: config.planner.model(),
+            // A run ends within its wall-clock budget once driven; a little more
+            // covers a takeover. Past it the request answers 202.
+            default_wait: budget + std::time::Duration::from_secs(10),
         };
         let listener = bind(config.api_listen).await?;
         api_addr = Some(
@@ -140,20 +229,16 @@ pub async fn start(config: HostConfig) -> Result<RunningHost, HostError> {
                 .local_addr()
                 .map_err(|e| HostError::Setup(e.to_string()))?,
         );
-        let state = Arc::new(state);
-        let sweep_every = std::time::Duration::from_millis((config.lease_ms / 2).max(100) as u64);
-        tokio::spawn(api::sweep(state.clone(), sweep_every));
-        let router = api::router(state);
-        tokio::spawn(async move {
-            if let Err(e) = axum::serve(nodelay(listener), router).await {
-                eprintln!("caseops: api server stopped: {e}");
-            }
-        });
+        api = Some(Server::spawn("api", listener, api::router(Arc::new(state))));
+        workers = Some(pool);
     }
     Ok(RunningHost {
         db,
         api_addr,
         mcp_addr,
         mcp_url,
+        workers,
+        api,
+        mcp,
     })
 }

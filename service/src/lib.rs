@@ -4,13 +4,16 @@
 pub mod api;
 pub mod bench;
 pub mod domain;
+pub mod events;
 pub mod fault;
 pub mod host;
 pub mod mcp;
+pub mod metrics;
 pub mod openai;
 pub mod planner;
 pub mod store;
 pub mod tools;
+pub mod worker;
 
 /// Installs the process's TLS crypto provider (ring) once; reqwest is built without
 /// one so that no second crypto library (aws-lc) is compiled. Every HTTP client in

@@ -68,10 +68,18 @@ enum Command {
         /// Refuse SQLite, the development API keys and the development signing key.
         #[arg(long, env = "CASEOPS_PRODUCTION")]
         production: bool,
-        /// Seconds a run's lease lasts without progress before another replica may
-        /// take the run over.
-        #[arg(long, env = "CASEOPS_LEASE_SECONDS", default_value_t = 30)]
+        /// Seconds a run's lease lasts without a renewal before another replica may
+        /// take the run over (its driver renews it every third of this).
+        #[arg(long, env = "CASEOPS_LEASE_SECONDS", default_value_t = 5)]
         lease_seconds: u64,
+        /// Runs this process drives at once; more wait for a free worker here or
+        /// on another replica.
+        #[arg(long, env = "CASEOPS_WORKERS", default_value_t = 64)]
+        workers: usize,
+        /// On SIGTERM or SIGINT, seconds to let runs finish the step they are in
+        /// before they are handed over to another replica mid-step.
+        #[arg(long, env = "CASEOPS_SHUTDOWN_GRACE_SECONDS", default_value_t = 10)]
+        shutdown_grace_seconds: u64,
         #[command(flatten)]
         planner: PlannerArgs,
     },
@@ -253,10 +261,13 @@ async fn main() -> ExitCode {
             signing_key,
             production,
             lease_seconds,
+            workers,
+            shutdown_grace_seconds,
             planner: planner_args,
         } => match planner(planner_args) {
             Ok(planner) => {
                 let lease_ms = (lease_seconds.max(1) * 1000) as i64;
+                let grace = std::time::Duration::from_secs(shutdown_grace_seconds);
                 let opts = ServeOptions {
                     listen,
                     mcp_listen,
@@ -266,6 +277,8 @@ async fn main() -> ExitCode {
                     production,
                     lease_ms,
                     planner,
+                    workers,
+                    grace,
                 };
                 serve(db.database.unwrap_or_else(default_db), opts).await
             }
@@ -364,6 +377,8 @@ struct ServeOptions {
     production: bool,
     lease_ms: i64,
     planner: AnyPlanner,
+    workers: usize,
+    grace: std::time::Duration,
 }
 
 async fn serve(database: String, o: ServeOptions) -> Result<(), String> {
@@ -376,6 +391,8 @@ async fn serve(database: String, o: ServeOptions) -> Result<(), String> {
         production,
         lease_ms,
         planner,
+        workers,
+        grace,
     } = o;
     let signing_key = signing_key.unwrap_or_else(|| DEV_SIGNING_KEY.to_string());
     if production {
@@ -415,6 +432,7 @@ async fn serve(database: String, o: ServeOptions) -> Result<(), String> {
         }),
         lease_ms,
         planner,
+        workers,
     };
     let running = host::start(config).await.map_err(|e| e.to_string())?;
     seed(&running.db, &reference_data())
@@ -426,8 +444,25 @@ async fn serve(database: String, o: ServeOptions) -> Result<(), String> {
     if let Some(m) = running.mcp_addr {
         println!("caseops mcp on http://{m}/mcp");
     }
-    tokio::signal::ctrl_c().await.map_err(|e| e.to_string())?;
+    let signal = stop_signal().await?;
+    println!(
+        "caseops: {signal}: shutting down (grace {} s)",
+        grace.as_secs()
+    );
+    running.shutdown(grace).await;
+    println!("caseops: stopped");
     Ok(())
+}
+
+/// Waits for SIGTERM (what orchestrators send) or SIGINT (Ctrl-C); names it.
+async fn stop_signal() -> Result<&'static str, String> {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut term = signal(SignalKind::terminate()).map_err(|e| e.to_string())?;
+    let mut int = signal(SignalKind::interrupt()).map_err(|e| e.to_string())?;
+    Ok(tokio::select! {
+        _ = term.recv() => "SIGTERM",
+        _ = int.recv() => "SIGINT",
+    })
 }
 
 /// `key=tenant:actor;key2=tenant2:actor2` → API principals with every tool scope.
@@ -545,6 +580,7 @@ async fn demo(database: Option<String>) -> Result<(), String> {
         only: None,
         lease_ms: caseops_service::store::runs::DEFAULT_LEASE_MS,
         planner: AnyPlanner::Conformance(ConformancePlanner),
+        workers: 8,
     })
     .await
     .map_err(|e| e.to_string())?;
@@ -630,6 +666,7 @@ async fn demo(database: Option<String>) -> Result<(), String> {
         replay["replayed"]
     );
     println!("demo finished in {:.2} s", started.elapsed().as_secs_f64());
+    running.shutdown(std::time::Duration::from_secs(5)).await;
     let _ = std::fs::remove_dir_all(&temp);
     if run["status"] != "completed" || replay["replayed"] != true {
         return Err("the demo run did not complete as expected".into());

@@ -32,6 +32,12 @@ pub enum DbError {
     Query(#[from] sqlx::Error),
     #[error("database error: {0}")]
     Sqlite(#[from] rusqlite::Error),
+    /// A run's commit found the run no longer held by this process (its lease was
+    /// taken over, or the run finished); nothing was written.
+    #[error("run `{run_id}` is not held by this process")]
+    LeaseLost { run_id: String },
+    #[error("database task failed: {0}")]
+    Task(String),
     #[error("corrupt row in `{table}`: {message}")]
     Corrupt {
         table: &'static str,
@@ -75,6 +81,11 @@ const SQLITE: &[(i64, &str, &str)] = &[
         "reference",
         include_str!("../../migrations/sqlite/0002_reference.sql"),
     ),
+    (
+        3,
+        "health",
+        include_str!("../../migrations/sqlite/0003_health.sql"),
+    ),
 ];
 const POSTGRES: &[(i64, &str, &str)] = &[
     (
@@ -86,6 +97,11 @@ const POSTGRES: &[(i64, &str, &str)] = &[
         2,
         "reference",
         include_str!("../../migrations/postgres/0002_reference.sql"),
+    ),
+    (
+        3,
+        "health",
+        include_str!("../../migrations/postgres/0003_health.sql"),
     ),
 ];
 
@@ -140,7 +156,14 @@ impl Db {
                 .after_connect(|conn, _| {
                     Box::pin(async move {
                         use sqlx::Executor;
-                        conn.execute("SET synchronous_commit = off").await?;
+                        // The second setting is a backstop: no transaction of ours
+                        // stays idle for more than milliseconds, so one that does
+                        // was abandoned, and the server ends it instead of letting it
+                        // hold locks and a pooled connection for ever.
+                        conn.execute(
+                            "SET synchronous_commit = off; SET idle_in_transaction_session_timeout = '30s'",
+                        )
+                        .await?;
                         Ok(())
                     })
                 })
@@ -203,6 +226,24 @@ impl Db {
     /// One statement outside any transaction; returns the rows it changed.
     pub async fn execute(&self, sql: &str, params: &[Param]) -> Result<u64, DbError> {
         self.backend.execute(sql, params).await
+    }
+
+    /// A statement that writes and returns rows (`UPDATE … RETURNING`), in its own
+    /// implicit transaction.
+    pub async fn write_returning(&self, sql: &str, params: &[Param]) -> Result<Vec<Row>, DbError> {
+        self.backend.write_returning(sql, params).await
+    }
+
+    /// Whether the database can durably commit a write now: one flushed upsert of a
+    /// one-row table (a `SELECT 1` answers on a full or read-only database too).
+    pub async fn probe_write(&self) -> Result<(), DbError> {
+        let mut tx = self.begin_write().await?;
+        tx.execute(
+            "INSERT INTO health_probe (id, at_ms) VALUES (1, ?) ON CONFLICT (id) DO UPDATE SET at_ms = excluded.at_ms",
+            &[Param::from(now_ms())],
+        )
+        .await?;
+        tx.commit().await
     }
 
     /// A write transaction (on SQLite it holds the write lock from its start).

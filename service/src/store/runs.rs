@@ -56,6 +56,15 @@ pub enum Allocation {
     Conflict(RunRecord),
 }
 
+/// A change to a run, announced in this process by the store (each commit) and
+/// by the run workers (a driver that stopped).
+#[derive(Debug, Clone)]
+pub struct RunChange {
+    pub run_id: std::sync::Arc<str>,
+    /// The run reached a terminal state, or its driver here stopped.
+    pub settled: bool,
+}
+
 /// `RunStore` over a database.
 #[derive(Debug, Clone)]
 pub struct SqlRunStore {
@@ -64,10 +73,21 @@ pub struct SqlRunStore {
     pub owner: String,
     /// How long a lease lasts without a commit renewing it.
     pub lease_ms: i64,
+    /// Where commits are announced (waiting requests, event streams).
+    changes: Option<tokio::sync::broadcast::Sender<RunChange>>,
 }
 
-/// Default lease: a run whose process has not committed for this long is taken over.
-pub const DEFAULT_LEASE_MS: i64 = 30_000;
+/// Default lease. A driver renews its lease every third of it (and at every commit),
+/// so a live process loses a run only after missing three heartbeats in a row (a
+/// database stalled for that long); a dead one's runs are claimed at most a lease
+/// plus one claim interval after its last heartbeat. Five seconds keeps a rolling
+/// deploy's SIGKILLed replica from holding runs for more than a few seconds while
+/// costing one small UPDATE per running run every 1.7 s.
+pub const DEFAULT_LEASE_MS: i64 = 5_000;
+
+/// PostgreSQL: a fenced batch's writes happen only if its fence matched (see
+/// [`Statement::gated`]).
+const PG_GATE: &str = "EXISTS (SELECT 1 FROM fence)";
 
 fn parse_json(text: Option<String>, table: &'static str) -> Result<Option<Value>, DbError> {
     text.map(|t| {
@@ -123,7 +143,21 @@ impl SqlRunStore {
                 uuid::Uuid::new_v4().simple()
             ),
             lease_ms: DEFAULT_LEASE_MS,
+            changes: None,
         }
+    }
+
+    /// Announces every commit on `changes`.
+    pub fn with_changes(mut self, changes: tokio::sync::broadcast::Sender<RunChange>) -> Self {
+        self.changes = Some(changes);
+        self
+    }
+
+    /// A run of any tenant, for the workers that drive it.
+    pub async fn record(&self, run_id: &str) -> Result<Option<RunRecord>, DbError> {
+        let row = self.db.fetch_optional("SELECT run_id, tenant_id, case_id, actor, idempotency_key, request_hash, goal, planner_kind, model, status, state, step_count, spec, final_result, stop_reason, bundle_digest, created_at, updated_at FROM runs WHERE run_id = ?", &params![run_id])
+        .await?;
+        row.as_ref().map(record).transpose()
     }
 
     pub fn with_lease_ms(mut self, lease_ms: i64) -> Self {
@@ -154,57 +188,92 @@ impl SqlRunStore {
         Ok(done == 1)
     }
 
-    /// Runs `work` on a run this process holds, renewing the lease every third of
-    /// its length meanwhile: commits renew it too, but a single planner or tool
-    /// call may outlast a lease, and the run must not look abandoned while it runs.
-    pub async fn while_leased<F: std::future::Future>(&self, run_id: &str, work: F) -> F::Output {
-        let every = std::time::Duration::from_millis((self.lease_ms / 3).max(1) as u64);
-        let store = self.clone();
-        let id = run_id.to_string();
-        let heartbeat = tokio::spawn(async move {
-            let mut tick = tokio::time::interval(every);
-            tick.tick().await;
-            loop {
-                tick.tick().await;
-                match store.renew(&id).await {
-                    Ok(true) => {}
-                    // Finished, or another process took it over: nothing to keep.
-                    Ok(false) => break,
-                    Err(e) => eprintln!("caseops: renewing the lease of `{id}` failed: {e}"),
-                }
-            }
-        });
-        let out = work.await;
-        heartbeat.abort();
-        out
+    /// Gives the lease up so that any replica's worker may claim the run
+    /// `after_ms` from now (0: at once). Only the holder can release it.
+    pub async fn release(&self, run_id: &str, after_ms: i64) -> Result<bool, DbError> {
+        let done = self
+            .db
+            .execute(
+                "UPDATE runs SET lease_owner = NULL, lease_expires_at = ? WHERE run_id = ? AND lease_owner = ? AND status = 'running'",
+                &params![now_ms() + after_ms, run_id, &self.owner],
+            )
+            .await?;
+        Ok(done == 1)
     }
 
-    /// Runs whose lease expired (their process died), oldest first. On PostgreSQL
-    /// the rows are locked with `FOR UPDATE SKIP LOCKED` so sweeping replicas never
-    /// pick the same run; the claim that follows is the real guard on both backends.
-    pub async fn expired(&self, limit: i64) -> Result<Vec<(String, String)>, DbError> {
-        let now = now_ms();
-        let mut tx = self.db.begin_write().await?;
-        let sql = match self.db.dialect {
-            super::Dialect::Postgres => {
-                "SELECT run_id, tenant_id FROM runs WHERE status = 'running' AND lease_expires_at < ? ORDER BY lease_expires_at LIMIT ? FOR UPDATE SKIP LOCKED"
-            }
-            super::Dialect::Sqlite => {
-                "SELECT run_id, tenant_id FROM runs WHERE status = 'running' AND lease_expires_at < ? ORDER BY lease_expires_at LIMIT ?"
-            }
-        };
-        let rows = tx.fetch_all(sql, &params![now, limit]).await?;
-        let mut out = Vec::new();
-        for r in rows {
-            let run_id: String = r.get("run_id")?;
-            let claimed = tx.execute("UPDATE runs SET lease_owner = ?, lease_expires_at = ? WHERE run_id = ? AND lease_expires_at < ?", &params![&self.owner, now + self.lease_ms, &run_id, now])
-                .await?;
-            if claimed == 1 {
-                out.push((run_id, r.get("tenant_id")?));
+    /// Releases every lease this process holds (a shutdown, after its drivers
+    /// stopped), so other replicas resume those runs at once.
+    pub async fn release_all(&self) -> Result<u64, DbError> {
+        self.db
+            .execute(
+                "UPDATE runs SET lease_owner = NULL, lease_expires_at = ? WHERE lease_owner = ? AND status = 'running'",
+                &params![now_ms(), &self.owner],
+            )
+            .await
+    }
+
+    /// Renews the lease every third of its length until this process no longer
+    /// holds it; never returns while it does. Poll it beside the work it guards
+    /// (see [`SqlRunStore::while_leased`]): it must live and die with its driver.
+    pub async fn heartbeat(&self, run_id: &str) {
+        let every = std::time::Duration::from_millis((self.lease_ms / 3).max(1) as u64);
+        let mut tick = tokio::time::interval(every);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        tick.tick().await;
+        loop {
+            tick.tick().await;
+            match self.renew(run_id).await {
+                Ok(true) => {}
+                // Finished, or another process took it over: nothing to keep.
+                Ok(false) => return,
+                // A database that does not answer: the lease may run out, and then
+                // the fenced commit tells this driver it lost the run.
+                Err(e) => eprintln!("caseops: renewing the lease of `{run_id}` failed: {e}"),
             }
         }
-        tx.commit().await?;
-        Ok(out)
+    }
+
+    /// Runs `work` on a run this process holds, renewing the lease meanwhile:
+    /// commits renew it too, but a single planner or tool call may outlast a lease,
+    /// and the run must not look abandoned while it runs. The heartbeat is polled
+    /// inside this future, so dropping it (a cancelled driver) stops the renewals
+    /// too and the lease runs out. `None` when the lease was lost first: another
+    /// replica drives the run now and `work` was dropped.
+    pub async fn while_leased<F: std::future::Future>(
+        &self,
+        run_id: &str,
+        work: F,
+    ) -> Option<F::Output> {
+        tokio::select! {
+            out = work => Some(out),
+            () = self.heartbeat(run_id) => None,
+        }
+    }
+
+    /// Claims up to `limit` runs that are due — their lease expired (the holder
+    /// died), was released, or was never renewed (a run that has no checkpoint yet
+    /// included) — for this process, oldest first, and returns their ids. On
+    /// PostgreSQL the rows are locked with `FOR UPDATE SKIP LOCKED`, so replicas
+    /// claiming at the same moment never pick the same run.
+    pub async fn claim_due(&self, limit: i64) -> Result<Vec<String>, DbError> {
+        let now = now_ms();
+        let lock = match self.db.dialect {
+            Dialect::Postgres => " FOR UPDATE SKIP LOCKED",
+            Dialect::Sqlite => "",
+        };
+        let sql = format!(
+            "UPDATE runs SET lease_owner = ?, lease_expires_at = ? WHERE run_id IN \
+             (SELECT run_id FROM runs WHERE status = 'running' AND lease_expires_at < ? ORDER BY lease_expires_at LIMIT ?{lock}) \
+             AND status = 'running' AND lease_expires_at < ? RETURNING run_id"
+        );
+        let rows = self
+            .db
+            .write_returning(
+                &sql,
+                &params![&self.owner, now + self.lease_ms, now, limit, now],
+            )
+            .await?;
+        rows.iter().map(|r| r.get("run_id")).collect()
     }
 
     /// Creates the run unless `(tenant, idempotency key)` exists; the unique
@@ -343,10 +412,45 @@ impl SqlRunStore {
             .collect()
     }
 
-    /// What a batch writes besides audit events: its checkpoints, ledger rows and,
-    /// last, the run record's update (whose row count proves the run exists).
-    fn batch_statements(&self, batch: &Batch) -> Vec<Statement> {
-        let mut parts = Vec::with_capacity(batch.ledger.len() + 2);
+    /// The run record's update, fenced by the lease: it changes the row only
+    /// while this process holds the run, so a driver that lost its lease (taken
+    /// over after it stalled) cannot write beside the new holder.
+    fn fence(&self, batch: &Batch) -> Statement {
+        let status = match &batch.outcome {
+            Some(o) => o.status.clone(),
+            None => "running".to_string(),
+        };
+        // Every commit renews this process's lease; the terminal one releases it.
+        let now = now_ms();
+        let expires = batch.outcome.is_none().then_some(now + self.lease_ms);
+        let owner = batch.outcome.is_none().then(|| self.owner.clone());
+        Statement::new(
+            "UPDATE runs SET state = ?, status = ?, step_count = ?, final_result = ?, stop_reason = ?, updated_at = ?, lease_owner = ?, lease_expires_at = ? \
+             WHERE run_id = ? AND lease_owner = ? AND status = 'running'",
+            params![
+                &batch.state,
+                &status,
+                i64::from(batch.step_count),
+                batch
+                    .outcome
+                    .as_ref()
+                    .and_then(|o| o.final_answer.as_ref())
+                    .map(Value::to_string),
+                batch.outcome.as_ref().and_then(|o| o.stop_reason.clone()),
+                now,
+                owner,
+                expires,
+                &batch.run_id,
+                &self.owner
+            ],
+        )
+    }
+
+    /// What a batch writes after its fence: checkpoints and ledger rows. `gate` is
+    /// the condition under which they are written (PostgreSQL: that the fence
+    /// matched, in the same statement; SQLite checks the fence's row count first).
+    fn batch_statements(&self, batch: &Batch, gate: &str) -> Vec<Statement> {
+        let mut parts = Vec::with_capacity(batch.ledger.len() + 1);
         if !batch.checkpoints.is_empty() {
             // One statement for the batch's checkpoints; the primary key
             // (run_id, sequence) still refuses a duplicated sequence.
@@ -365,52 +469,39 @@ impl SqlRunStore {
                 ]);
             }
             parts.push(Statement::new(
-                format!("INSERT INTO checkpoints (run_id, sequence, from_state, to_state, at_ms, reason, snapshot) VALUES {tuples}"),
+                format!("INSERT INTO checkpoints (run_id, sequence, from_state, to_state, at_ms, reason, snapshot) \
+                         SELECT * FROM (VALUES {tuples}) AS v WHERE {gate}"),
                 values,
             ));
         }
         for row in &batch.ledger {
             parts.push(Statement::new(
-                "INSERT INTO tool_executions (run_id, tool_call_id, tenant_id, tool_name, tool_version, arguments, arguments_hash, fingerprint, status, attempt_count, result, error_class, error_code, bundle_digest, started_at, finished_at) \
-                 VALUES (?, ?, (SELECT tenant_id FROM runs WHERE run_id = ?), ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) \
+                format!("INSERT INTO tool_executions (run_id, tool_call_id, tenant_id, tool_name, tool_version, arguments, arguments_hash, fingerprint, status, attempt_count, result, error_class, error_code, bundle_digest, started_at, finished_at) \
+                 SELECT ?, ?, (SELECT tenant_id FROM runs WHERE run_id = ?), ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ? WHERE {gate} \
                  ON CONFLICT (run_id, tool_call_id) DO UPDATE SET status = excluded.status, attempt_count = excluded.attempt_count, result = excluded.result, \
-                 error_class = excluded.error_class, error_code = excluded.error_code, finished_at = excluded.finished_at",
+                 error_class = excluded.error_class, error_code = excluded.error_code, finished_at = excluded.finished_at"),
                 params![&row.run_id, &row.tool_call_id, &row.run_id, &row.tool_name, &row.tool_version, row.arguments.to_string(), &row.arguments_hash, &row.fingerprint, row.status.as_str(), i64::from(row.attempt_count), row.result.as_ref().map(Value::to_string), row.error_class.clone(), row.error_code.clone(), &row.bundle_digest, row.started_at_ms as i64, row.finished_at_ms.map(|v| v as i64)],
             ));
         }
-        let status = match &batch.outcome {
-            Some(o) => o.status.clone(),
-            None => "running".to_string(),
-        };
-        // Every commit renews this process's lease; the terminal one releases it.
-        let now = now_ms();
-        let (owner, expires) = if batch.outcome.is_some() {
-            (None, None)
-        } else {
-            (Some(self.owner.clone()), Some(now + self.lease_ms))
-        };
-        parts.push(Statement::new(
-            "UPDATE runs SET state = ?, status = ?, step_count = ?, final_result = ?, stop_reason = ?, updated_at = ?, lease_owner = ?, lease_expires_at = ? WHERE run_id = ?",
-            params![&batch.state, &status, i64::from(batch.step_count), batch.outcome.as_ref().and_then(|o| o.final_answer.as_ref()).map(Value::to_string), batch.outcome.as_ref().and_then(|o| o.stop_reason.clone()), now, owner, expires, &batch.run_id],
-        ));
         parts
     }
 
     async fn write(&self, batch: Batch) -> Result<(), DbError> {
         let db = &self.db;
-        let mut parts = self.batch_statements(&batch);
+        let fence = self.fence(&batch);
         let flush = batch.point.must_flush();
-        let updated = if db.dialect == Dialect::Postgres && !flush && batch.outcome.is_none() {
-            // One merged statement, atomic on its own: one round trip, and lazy by
-            // the connection's default (see `sql.rs`).
-            let merged = Statement::merged(parts);
-            db.execute(&merged.sql, &merged.params).await?
+        let held = if db.dialect == Dialect::Postgres && !flush && batch.outcome.is_none() {
+            // One statement, atomic on its own: one round trip, and lazy by the
+            // connection's default (see `sql.rs`).
+            let gated = Statement::gated(fence, self.batch_statements(&batch, PG_GATE));
+            db.write_returning(&gated.sql, &gated.params).await?.len()
         } else {
             let mut tx = if flush {
                 db.begin_write().await?
             } else {
                 db.begin_lazy_write().await?
             };
+            let mut events = Vec::new();
             if let Some(outcome) = &batch.outcome {
                 let run = tx
                     .fetch_optional(
@@ -418,9 +509,8 @@ impl SqlRunStore {
                         &params![&batch.run_id],
                     )
                     .await?
-                    .ok_or_else(|| DbError::Corrupt {
-                        table: "runs",
-                        message: format!("no run `{}`", batch.run_id),
+                    .ok_or_else(|| DbError::LeaseLost {
+                        run_id: batch.run_id.clone(),
                     })?;
                 let (tenant, case, actor): (String, String, String) = (
                     run.get("tenant_id")?,
@@ -434,37 +524,46 @@ impl SqlRunStore {
                     actor: &actor,
                     request_id: request_id.as_deref(),
                 };
-                let events = audit::terminal_events(db, &mut tx, &who, outcome).await?;
-                // Before the run's update, which stays last for its row count.
-                let at = parts.len() - 1;
-                parts.splice(at..at, events);
+                events.extend(audit::terminal_events(db, &mut tx, &who, outcome).await?);
             }
-            let updated = match db.dialect {
+            let held = match db.dialect {
                 Dialect::Postgres => {
-                    let merged = Statement::merged(parts);
-                    tx.execute(&merged.sql, &merged.params).await?
+                    let mut parts = self.batch_statements(&batch, PG_GATE);
+                    parts.extend(events);
+                    let gated = Statement::gated(fence, parts);
+                    tx.fetch_all(&gated.sql, &gated.params).await?.len()
                 }
                 Dialect::Sqlite => {
-                    let mut updated = 0;
-                    for part in &parts {
-                        updated = tx.execute(&part.sql, &part.params).await?;
+                    let held = tx.execute(&fence.sql, &fence.params).await? as usize;
+                    if held == 1 {
+                        let mut parts = self.batch_statements(&batch, "true");
+                        parts.extend(events);
+                        for part in &parts {
+                            tx.execute(&part.sql, &part.params).await?;
+                        }
                     }
-                    updated
+                    held
                 }
             };
-            if updated == 1 {
+            // Not held: the transaction is dropped, which rolls it back.
+            if held == 1 {
                 tx.commit().await?;
             }
-            updated
+            held
         };
-        if updated != 1 {
-            return Err(DbError::Corrupt {
-                table: "runs",
-                message: format!("no run `{}`", batch.run_id),
+        if held != 1 {
+            return Err(DbError::LeaseLost {
+                run_id: batch.run_id.clone(),
             });
         }
         db.count_commit();
         crate::fault::after_commit(db.commits());
+        if let Some(changes) = &self.changes {
+            let _ = changes.send(RunChange {
+                run_id: batch.run_id.as_str().into(),
+                settled: batch.outcome.is_some(),
+            });
+        }
         Ok(())
     }
 
@@ -504,6 +603,7 @@ impl RunStore for SqlRunStore {
         for _ in 0..5 {
             match self.write(batch.clone()).await {
                 Ok(()) => return Ok(()),
+                Err(DbError::LeaseLost { run_id }) => return Err(StoreError::LeaseLost { run_id }),
                 Err(e) if is_conflict(&e) && batch.outcome.is_some() => last = Some(e.to_string()),
                 Err(e) => return Err(StoreError::Unavailable(e.to_string())),
             }

@@ -113,6 +113,22 @@ impl Statement {
         }
     }
 
+    /// PostgreSQL: `fence` (an `UPDATE` without `RETURNING`) and `parts` as one
+    /// statement, `WITH fence AS (… RETURNING 1), s0 AS (…), … SELECT 1 FROM fence`:
+    /// it returns one row when the fence matched. Parts that must depend on it say
+    /// so in their own `WHERE` (`EXISTS (SELECT 1 FROM fence)`); all of it is one
+    /// atomic statement and one round trip.
+    pub fn gated(fence: Statement, parts: Vec<Statement>) -> Statement {
+        let mut sql = format!("WITH fence AS ({} RETURNING 1 AS held)", fence.sql);
+        let mut params = fence.params;
+        for (i, part) in parts.into_iter().enumerate() {
+            sql.push_str(&format!(", s{i} AS ({})", part.sql));
+            params.extend(part.params);
+        }
+        sql.push_str(" SELECT held FROM fence");
+        Statement { sql, params }
+    }
+
     /// PostgreSQL: the statements as one, each but the last a data-modifying CTE
     /// (`WITH s0 AS (…), s1 AS (…) <last>`), so they cost one round trip; one
     /// statement is atomic on its own. The row count is the last statement's.
@@ -417,6 +433,25 @@ impl Backend {
         }
     }
 
+    /// A statement that writes and returns rows (`… RETURNING`), outside any
+    /// transaction (on SQLite, on the writer connection).
+    pub(crate) async fn write_returning(
+        &self,
+        sql: &str,
+        params: &[Param],
+    ) -> Result<Vec<Row>, DbError> {
+        sent(1);
+        match self {
+            Backend::Sqlite(s) => Ok(sqlite_rows(&*s.writer().await, sql, params)?),
+            Backend::Postgres(pool) => Ok(pg_query(sql, params)
+                .fetch_all(pool)
+                .await?
+                .iter()
+                .map(pg_row)
+                .collect()),
+        }
+    }
+
     pub(crate) async fn begin_write(&self, lazy: bool) -> Result<Tx, DbError> {
         sent(1);
         match self {
@@ -427,13 +462,27 @@ impl Backend {
                 conn.execute_batch("BEGIN IMMEDIATE")?;
                 Ok(Tx(TxInner::Sqlite(SqliteTx { conn, open: true })))
             }
-            // Connections default to lazy commits (see `Backend::Postgres`); a
-            // flushed transaction says so in its BEGIN, sent as one simple query.
-            Backend::Postgres(pool) if lazy => Ok(Tx(TxInner::Postgres(pool.begin().await?))),
-            Backend::Postgres(pool) => Ok(Tx(TxInner::Postgres(
-                pool.begin_with("BEGIN; SET LOCAL synchronous_commit = on")
-                    .await?,
-            ))),
+            Backend::Postgres(pool) => {
+                // A future dropped between sending BEGIN and sqlx recording it would
+                // hand a connection that is inside a transaction back to the pool,
+                // where every later statement joins it. So BEGIN runs in a task that
+                // nobody can cancel; if its caller is gone, the transaction it
+                // returns is dropped, and sqlx rolls it back before reuse.
+                let pool = pool.clone();
+                let begun = tokio::spawn(async move {
+                    if lazy {
+                        // Connections default to lazy commits (see `Backend::Postgres`).
+                        pool.begin().await
+                    } else {
+                        // A flushed transaction says so in its BEGIN (one simple query).
+                        pool.begin_with("BEGIN; SET LOCAL synchronous_commit = on")
+                            .await
+                    }
+                })
+                .await
+                .map_err(|e| DbError::Task(e.to_string()))??;
+                Ok(Tx(TxInner::Postgres(begun)))
+            }
         }
     }
 }
@@ -501,7 +550,13 @@ impl Tx {
                 s.open = false;
                 Ok(())
             }
-            TxInner::Postgres(tx) => Ok(tx.commit().await?),
+            // COMMIT runs to its end even if the caller is dropped meanwhile, for
+            // the reason `begin_write` gives: the database sees all or nothing, and
+            // the connection goes back to the pool outside any transaction.
+            TxInner::Postgres(tx) => tokio::spawn(tx.commit())
+                .await
+                .map_err(|e| DbError::Task(e.to_string()))?
+                .map_err(DbError::from),
         }
     }
 }

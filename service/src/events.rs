@@ -1,0 +1,164 @@
+//! `GET /v1/agent-runs/{run_id}/events`: a run's progress as Server-Sent Events.
+//!
+//! Each committed checkpoint is one `checkpoint` event whose `id` is its sequence, so
+//! a client that reconnects with `Last-Event-ID` gets only what it missed. After the
+//! checkpoints of a commit come `tool_execution` events for the ledger rows that
+//! changed (they carry no `id`: a reconnect sends the rows in their current state
+//! again), and when the run is terminal one `end` event with the run's view, after
+//! which the stream closes. Tenant-scoped like the other run endpoints.
+
+use std::collections::{HashMap, VecDeque};
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::extract::{Path, State};
+use axum::http::HeaderMap;
+use axum::response::sse::{Event, KeepAlive, Sse};
+use axum::response::{IntoResponse, Response};
+use serde_json::json;
+use tokio::sync::broadcast;
+
+use crate::api::{AppState, find, run_view};
+use crate::store::runs::{RunChange, SqlRunStore};
+
+/// How often a stream re-reads a run that another replica drives.
+const FOREIGN_POLL: Duration = Duration::from_millis(250);
+
+struct Follow {
+    state: Arc<AppState>,
+    tenant: String,
+    run_id: String,
+    /// The last checkpoint sequence sent (or the client's `Last-Event-ID`).
+    after: u64,
+    /// `tool_call_id` → (status, attempts) as last sent.
+    ledger: HashMap<String, (String, u32)>,
+    ready: VecDeque<Event>,
+    changes: broadcast::Receiver<RunChange>,
+    done: bool,
+}
+
+pub(crate) async fn stream(
+    State(state): State<Arc<AppState>>,
+    Path(run_id): Path<String>,
+    headers: HeaderMap,
+) -> Response {
+    let (who, _) = match find(&state, &headers, &run_id).await {
+        Ok(x) => x,
+        Err(r) => return r,
+    };
+    let after = headers
+        .get("last-event-id")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim().parse::<u64>().ok())
+        .unwrap_or(0);
+    let follow = Follow {
+        changes: state.workers.subscribe(),
+        state,
+        tenant: who.tenant_id,
+        run_id,
+        after,
+        ledger: HashMap::new(),
+        ready: VecDeque::new(),
+        done: false,
+    };
+    let events = futures_util::stream::unfold(follow, |mut f| async move {
+        loop {
+            if let Some(event) = f.ready.pop_front() {
+                return Some((Ok::<_, Infallible>(event), f));
+            }
+            if f.done {
+                return None;
+            }
+            match f.refill().await {
+                Ok(true) => {}
+                // Nothing new: wait for a change here, or poll for one elsewhere.
+                Ok(false) => {
+                    let stopping = f.state.workers.stopping().clone();
+                    tokio::select! {
+                        // The client reconnects (to another replica) where it left off.
+                        () = stopping.cancelled() => return None,
+                        () = tokio::time::sleep(FOREIGN_POLL) => {}
+                        () = changed(&mut f.changes, &f.run_id) => {}
+                    }
+                }
+                Err(()) => return None,
+            }
+        }
+    });
+    Sse::new(events)
+        .keep_alive(KeepAlive::default())
+        .into_response()
+}
+
+impl Follow {
+    /// Queues what changed since the last look; false when nothing did.
+    async fn refill(&mut self) -> Result<bool, ()> {
+        let runs = &self.state.runs;
+        // The run first: a terminal status read before the checkpoints guarantees
+        // the terminal checkpoint is among them.
+        let record = match runs.get(&self.tenant, &self.run_id).await {
+            Ok(Some(r)) => r,
+            Ok(None) => return Err(()),
+            Err(e) => {
+                eprintln!("caseops api: events of `{}`: {e}", self.run_id);
+                return Err(());
+            }
+        };
+        let (checkpoints, ledger) = match tokio::try_join!(
+            runs.checkpoints(&self.tenant, &self.run_id),
+            runs.ledger(&self.tenant, &self.run_id)
+        ) {
+            Ok(x) => x,
+            Err(e) => {
+                eprintln!("caseops api: events of `{}`: {e}", self.run_id);
+                return Err(());
+            }
+        };
+        let after = self.after;
+        for c in checkpoints.iter().filter(|c| c.sequence > after) {
+            let data = json!({
+                "sequence": c.sequence, "from": c.from, "to": c.to,
+                "at_ms": c.at_ms, "reason": c.reason,
+            });
+            self.ready.push_back(
+                Event::default()
+                    .id(c.sequence.to_string())
+                    .event("checkpoint")
+                    .data(data.to_string()),
+            );
+            self.after = c.sequence;
+        }
+        for row in &ledger {
+            let seen = (row.status.as_str().to_string(), row.attempt_count);
+            if self.ledger.get(&row.tool_call_id) == Some(&seen) {
+                continue;
+            }
+            self.ledger.insert(row.tool_call_id.clone(), seen);
+            let data = serde_json::to_string(row).unwrap_or_default();
+            self.ready
+                .push_back(Event::default().event("tool_execution").data(data));
+        }
+        if SqlRunStore::outcome_of(&record).is_some() {
+            self.ready.push_back(
+                Event::default()
+                    .event("end")
+                    .data(run_view(&record, false).to_string()),
+            );
+            self.done = true;
+        }
+        Ok(!self.ready.is_empty())
+    }
+}
+
+/// Resolves on any commit of `run_id` in this process (or missed changes).
+async fn changed(changes: &mut broadcast::Receiver<RunChange>, run_id: &str) {
+    loop {
+        match changes.recv().await {
+            Ok(c) if &*c.run_id == run_id => return,
+            Ok(_) => {}
+            Err(broadcast::error::RecvError::Lagged(_)) => return,
+            Err(broadcast::error::RecvError::Closed) => std::future::pending().await,
+        }
+    }
+}

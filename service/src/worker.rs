@@ -1,0 +1,365 @@
+//! Run workers: a bounded pool in each process that drives runs to their end.
+//!
+//! A run is owned by a worker, never by the HTTP request that started it: the request
+//! records the run, hands it here and only waits for it, so a client that gives up
+//! changes nothing about its run. Workers also claim *due* runs — runs whose lease
+//! expired (their replica died), was released (their replica shut down or its driver
+//! hit a transient error), or that never got a checkpoint — in this process and, on
+//! PostgreSQL, across replicas (`FOR UPDATE SKIP LOCKED`).
+//!
+//! Every driver task is owned by a [`TaskTracker`]; its lease heartbeat is polled
+//! inside the driver's own future ([`SqlRunStore::while_leased`]), so nothing renews a
+//! lease after its driver is gone.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
+use std::time::Duration;
+
+use caseops_generated::Bundle;
+use caseops_runtime::store::StoreError;
+use caseops_runtime::{Engine, Outcome, RuntimeError};
+use tokio::sync::{Semaphore, broadcast};
+use tokio::task::AbortHandle;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use crate::mcp::client::McpClient;
+use crate::metrics::Metrics;
+use crate::planner::AnyPlanner;
+use crate::store::DbError;
+use crate::store::runs::{RunChange, RunRecord, SqlRunStore};
+
+/// After a driver fails for a reason other than a lost lease (the database went
+/// away mid-run, say), the run is released for a retry this much later.
+const RETRY_AFTER_FAILURE_MS: i64 = 1_000;
+
+/// How often a waiting request re-reads a run that another replica drives (in
+/// this process, changes wake it at once).
+const FOREIGN_POLL: Duration = Duration::from_millis(200);
+
+/// What runs are driven with.
+pub struct Driver {
+    pub engine: Engine<Bundle>,
+    pub planner: AnyPlanner,
+    pub executor: McpClient<Bundle>,
+    pub runs: SqlRunStore,
+}
+
+#[derive(Debug, Clone, Copy)]
+pub struct WorkerConfig {
+    /// Runs this process drives at once.
+    pub workers: usize,
+    /// How often idle workers look for due runs.
+    pub claim_every: Duration,
+}
+
+impl WorkerConfig {
+    /// A claim interval of a fifth of the lease (at most a second), so that a dead
+    /// replica's runs are claimed within about 1.2 leases of its last heartbeat.
+    pub fn for_lease(workers: usize, lease_ms: i64) -> Self {
+        let every = (lease_ms / 5).clamp(50, 1_000) as u64;
+        Self {
+            workers: workers.max(1),
+            claim_every: Duration::from_millis(every),
+        }
+    }
+}
+
+/// How a wait for a run ended.
+#[derive(Debug)]
+pub enum Waited {
+    /// The run is terminal.
+    Finished(RunRecord),
+    /// The wait ran out (or this process is stopping) first; the run as it stands.
+    Pending(RunRecord),
+}
+
+pub struct Workers {
+    driver: Arc<Driver>,
+    metrics: Arc<Metrics>,
+    slots: Arc<Semaphore>,
+    tracker: TaskTracker,
+    /// Drivers hand their runs over at their next step boundary once this is set.
+    interrupt: Arc<AtomicBool>,
+    /// Cancelled when the process stops: the claim loop ends, waits end early.
+    stopping: CancellationToken,
+    /// Runs driven in this process (one driver per run here; the lease guards
+    /// across processes), with the handle to abort a driver that outstays the grace.
+    local: std::sync::Mutex<HashMap<String, Option<AbortHandle>>>,
+    changes: broadcast::Sender<RunChange>,
+    claim_every: Duration,
+}
+
+impl Workers {
+    /// Creates the pool and starts its claim loop (owned by the pool's tracker).
+    pub fn start(
+        driver: Driver,
+        metrics: Arc<Metrics>,
+        changes: broadcast::Sender<RunChange>,
+        config: WorkerConfig,
+    ) -> Arc<Self> {
+        let workers = Arc::new(Self {
+            driver: Arc::new(driver),
+            metrics,
+            slots: Arc::new(Semaphore::new(config.workers)),
+            tracker: TaskTracker::new(),
+            interrupt: Arc::new(AtomicBool::new(false)),
+            stopping: CancellationToken::new(),
+            local: Default::default(),
+            changes,
+            claim_every: config.claim_every,
+        });
+        let looping = workers.clone();
+        workers.tracker.spawn(looping.claim_loop());
+        workers
+    }
+
+    pub fn runs(&self) -> &SqlRunStore {
+        &self.driver.runs
+    }
+
+    pub fn driver(&self) -> &Driver {
+        &self.driver
+    }
+
+    /// Whether the process is shutting down.
+    pub fn is_stopping(&self) -> bool {
+        self.stopping.is_cancelled()
+    }
+
+    pub fn stopping(&self) -> &CancellationToken {
+        &self.stopping
+    }
+
+    pub fn subscribe(&self) -> broadcast::Receiver<RunChange> {
+        self.changes.subscribe()
+    }
+
+    fn announce(&self, run_id: &str, settled: bool) {
+        // No receiver is not an error: nobody is waiting.
+        let _ = self.changes.send(RunChange {
+            run_id: run_id.into(),
+            settled,
+        });
+    }
+
+    /// Drives a run this process holds the lease of, if a worker is free. When
+    /// none is (or the process is stopping) the lease is released so that any
+    /// replica's claim loop, this one's included, picks the run up.
+    pub async fn hand_over(self: &Arc<Self>, run_id: &str) -> Result<(), DbError> {
+        if !self.submit(run_id) {
+            self.driver.runs.release(run_id, 0).await?;
+        }
+        Ok(())
+    }
+
+    /// Starts a driver for `run_id` unless one runs here already; false when no
+    /// worker is free or the process is stopping.
+    fn submit(self: &Arc<Self>, run_id: &str) -> bool {
+        if self.stopping.is_cancelled() {
+            return false;
+        }
+        let mut local = self.local.lock().expect("worker table");
+        if local.contains_key(run_id) {
+            return true;
+        }
+        let Ok(permit) = self.slots.clone().try_acquire_owned() else {
+            return false;
+        };
+        local.insert(run_id.to_string(), None);
+        let me = self.clone();
+        let id = run_id.to_string();
+        let handle = self.tracker.spawn(async move {
+            me.drive(&id).await;
+            me.local.lock().expect("worker table").remove(&id);
+            drop(permit);
+            me.announce(&id, true);
+        });
+        // INVARIANT: the entry is still ours: the task removes it only after it
+        // takes this same lock, which we hold.
+        local.insert(run_id.to_string(), Some(handle.abort_handle()));
+        true
+    }
+
+    async fn drive(&self, run_id: &str) {
+        let d = &*self.driver;
+        let work = async {
+            match d.runs.load_started(run_id).await {
+                Ok(true) => {
+                    d.engine
+                        .resume_interruptible(
+                            run_id,
+                            &d.planner,
+                            &d.executor,
+                            &d.runs,
+                            &*self.interrupt,
+                        )
+                        .await
+                }
+                // Never committed a checkpoint: it starts from the beginning with
+                // the spec recorded when it was created.
+                Ok(false) => match d.runs.record(run_id).await {
+                    Ok(Some(RunRecord {
+                        spec: Some(spec), ..
+                    })) => {
+                        d.engine
+                            .start_interruptible(
+                                spec,
+                                &d.planner,
+                                &d.executor,
+                                &d.runs,
+                                &*self.interrupt,
+                            )
+                            .await
+                    }
+                    Ok(_) => Err(RuntimeError::NotFound(run_id.to_string())),
+                    Err(e) => Err(StoreError::Unavailable(e.to_string()).into()),
+                },
+                Err(e) => Err(StoreError::Unavailable(e.to_string()).into()),
+            }
+        };
+        match d.runs.while_leased(run_id, work).await {
+            Some(Ok(outcome)) => self.finished(&outcome).await,
+            Some(Err(RuntimeError::Interrupted(_))) => {
+                if let Err(e) = d.runs.release(run_id, 0).await {
+                    eprintln!("caseops: releasing `{run_id}` failed (its lease will expire): {e}");
+                }
+            }
+            // Another replica took the run over; it is theirs now.
+            None | Some(Err(RuntimeError::Store(StoreError::LeaseLost { .. }))) => {}
+            Some(Err(e)) => {
+                eprintln!("caseops: driving `{run_id}` failed; it will be retried: {e}");
+                let _ = d.runs.release(run_id, RETRY_AFTER_FAILURE_MS).await;
+            }
+        }
+    }
+
+    async fn finished(&self, outcome: &Outcome) {
+        let runs = &self.driver.runs;
+        let ledger = match runs.record(&outcome.run_id).await {
+            Ok(Some(r)) => runs
+                .ledger(&r.tenant_id, &r.run_id)
+                .await
+                .unwrap_or_default(),
+            _ => Vec::new(),
+        };
+        self.metrics.run_finished(outcome, &ledger);
+    }
+
+    /// Claims due runs while workers are free, every `claim_every`, until stopped.
+    async fn claim_loop(self: Arc<Self>) {
+        let mut failing = false;
+        loop {
+            tokio::select! {
+                () = self.stopping.cancelled() => return,
+                () = tokio::time::sleep(self.claim_every) => {}
+            }
+            let free = self.slots.available_permits();
+            if free == 0 {
+                continue;
+            }
+            match self.driver.runs.claim_due(free as i64).await {
+                Ok(ids) => {
+                    failing = false;
+                    for id in ids {
+                        if let Err(e) = self.hand_over(&id).await {
+                            eprintln!("caseops: handing `{id}` back failed: {e}");
+                        }
+                    }
+                }
+                // Said once per outage, not once per interval.
+                Err(e) if !failing => {
+                    failing = true;
+                    eprintln!("caseops: claiming due runs failed (will keep trying): {e}");
+                }
+                Err(_) => {}
+            }
+        }
+    }
+
+    /// Waits until the run is terminal, at most `wait`, or until the process
+    /// stops. Changes in this process wake the wait at once; a run driven by
+    /// another replica is re-read every 200 ms.
+    pub async fn wait(
+        &self,
+        tenant: &str,
+        run_id: &str,
+        wait: Duration,
+    ) -> Result<Waited, DbError> {
+        let deadline = tokio::time::Instant::now() + wait;
+        // Subscribed before the first read, so no change falls between the two.
+        let mut changes = self.changes.subscribe();
+        loop {
+            let record =
+                self.driver
+                    .runs
+                    .get(tenant, run_id)
+                    .await?
+                    .ok_or_else(|| DbError::LeaseLost {
+                        run_id: run_id.to_string(),
+                    })?;
+            if SqlRunStore::outcome_of(&record).is_some() {
+                return Ok(Waited::Finished(record));
+            }
+            if tokio::time::Instant::now() >= deadline {
+                return Ok(Waited::Pending(record));
+            }
+            tokio::select! {
+                () = self.stopping.cancelled() => return Ok(Waited::Pending(record)),
+                () = tokio::time::sleep_until(deadline) => {}
+                () = tokio::time::sleep(FOREIGN_POLL) => {}
+                () = settled(&mut changes, run_id) => {}
+            }
+        }
+    }
+
+    /// Stops the pool: no more claims, drivers hand their runs over at their next
+    /// step boundary; after `grace` the drivers still running are aborted. Then
+    /// every lease this process holds is released, so other replicas resume its
+    /// runs at once instead of after the lease.
+    pub async fn shutdown(&self, grace: Duration) {
+        self.stopping.cancel();
+        self.interrupt
+            .store(true, std::sync::atomic::Ordering::Release);
+        self.tracker.close();
+        if tokio::time::timeout(grace, self.tracker.wait())
+            .await
+            .is_err()
+        {
+            let handles: Vec<AbortHandle> = self
+                .local
+                .lock()
+                .expect("worker table")
+                .values()
+                .flatten()
+                .cloned()
+                .collect();
+            eprintln!(
+                "caseops: {} runs outlasted the shutdown grace; handing them over mid-step",
+                handles.len()
+            );
+            for h in handles {
+                h.abort();
+            }
+            let _ = tokio::time::timeout(Duration::from_secs(2), self.tracker.wait()).await;
+        }
+        match self.driver.runs.release_all().await {
+            Ok(0) => {}
+            Ok(n) => eprintln!("caseops: released {n} runs for other replicas"),
+            Err(e) => eprintln!("caseops: releasing leases failed (they will expire): {e}"),
+        }
+    }
+}
+
+/// Resolves when `run_id` settles (or when changes were missed: the caller re-reads).
+async fn settled(changes: &mut broadcast::Receiver<RunChange>, run_id: &str) {
+    loop {
+        match changes.recv().await {
+            Ok(c) if c.settled && &*c.run_id == run_id => return,
+            Ok(_) => {}
+            Err(broadcast::error::RecvError::Lagged(_)) => return,
+            Err(broadcast::error::RecvError::Closed) => std::future::pending().await,
+        }
+    }
+}

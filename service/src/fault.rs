@@ -1,6 +1,8 @@
-//! Fault injection for the crash tests (feature `fault-injection` only): with
-//! `CASEOPS_FAULT_KILL_AT_COMMIT=N` the process sends itself SIGKILL right after its
-//! N-th run-store commit, so a test can prove recovery from every commit point.
+//! Fault injection for the crash and fault tests (feature `fault-injection` only):
+//! with `CASEOPS_FAULT_KILL_AT_COMMIT=N` the process sends itself SIGKILL right after
+//! its N-th run-store commit, so a test can prove recovery from every commit point;
+//! with `CASEOPS_FAULT_TOOL_DELAY_MS=N` every MCP `tools/call` takes N ms longer, so
+//! a test can hold runs in flight while it kills or stops a replica.
 
 #[cfg(feature = "fault-injection")]
 pub fn after_commit(commits: usize) {
@@ -20,3 +22,21 @@ pub fn after_commit(commits: usize) {
 #[cfg(not(feature = "fault-injection"))]
 #[inline(always)]
 pub fn after_commit(_commits: usize) {}
+
+#[cfg(feature = "fault-injection")]
+pub async fn tool_delay() {
+    static DELAY: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
+    let ms = *DELAY.get_or_init(|| {
+        std::env::var("CASEOPS_FAULT_TOOL_DELAY_MS")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0)
+    });
+    if ms > 0 {
+        tokio::time::sleep(std::time::Duration::from_millis(ms)).await;
+    }
+}
+
+#[cfg(not(feature = "fault-injection"))]
+#[inline(always)]
+pub async fn tool_delay() {}

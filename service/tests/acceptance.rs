@@ -267,3 +267,121 @@ fn the_demo_runs_end_to_end_and_exits_zero() {
     assert!(text.contains("completed in 4 steps"), "{text}");
     assert!(text.contains("replayed: true"), "{text}");
 }
+
+async fn post_with(api: &str, idem: &str, prefer: &str) -> reqwest::Response {
+    reqwest::Client::new()
+        .post(format!("{api}/v1/cases/C-102/agent-runs"))
+        .header("x-api-key", "dev-key-tenant-demo")
+        .header("idempotency-key", idem)
+        .header("prefer", prefer)
+        .json(&json!({"goal": "Check whether claim case C-102 holds every required document."}))
+        .send()
+        .await
+        .unwrap()
+}
+
+/// The `data:` of every SSE event of `kind`, in order.
+fn events_of(body: &str, kind: &str) -> Vec<Value> {
+    body.split("\n\n")
+        .filter(|block| block.lines().any(|l| l == format!("event: {kind}")))
+        .filter_map(|block| {
+            let data: String = block
+                .lines()
+                .filter_map(|l| l.strip_prefix("data: "))
+                .collect();
+            serde_json::from_str(&data).ok()
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn respond_async_answers_202_with_location_and_the_run_finishes_without_its_client() {
+    for (backend, url) in fresh_databases("async").await {
+        let s = serve(&url);
+        let r = post_with(&s.api, "async-key-0001", "respond-async").await;
+        assert_eq!(r.status(), 202, "{backend}");
+        let location = r.headers()["location"].to_str().unwrap().to_string();
+        assert_eq!(r.headers()["preference-applied"], "respond-async");
+        assert!(r.headers().contains_key("retry-after"));
+        let run: Value = r.json().await.unwrap();
+        assert_eq!(
+            location,
+            format!("/v1/agent-runs/{}", run["run_id"].as_str().unwrap())
+        );
+
+        // Nobody waits on it, yet it completes.
+        let mut finished = Value::Null;
+        for _ in 0..100 {
+            finished = get(&s.api, &location).await;
+            if finished["status"] != "running" {
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
+        assert_eq!(finished["status"], "completed", "{backend}: {finished}");
+        assert_eq!(finished["step_count"], 4);
+
+        // `wait=N` without respond-async: waits, and the run is done in time.
+        let r = post_with(&s.api, "async-key-0002", "wait=30").await;
+        assert_eq!(r.status(), 201, "{backend}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_events_stream_replays_checkpoints_from_last_event_id_and_ends_with_the_run() {
+    for (backend, url) in fresh_databases("events").await {
+        let s = serve(&url);
+        let (status, run) = post(
+            &s.api,
+            "C-102",
+            DEMO,
+            "events-key-0001",
+            json!({"goal": "Check C-102."}),
+        )
+        .await;
+        assert_eq!(status, 201, "{backend}: {run}");
+        let run_id = run["run_id"].as_str().unwrap();
+        let events = |last: Option<&str>, key: &str| {
+            let mut req = reqwest::Client::new()
+                .get(format!("{}/v1/agent-runs/{run_id}/events", s.api))
+                .header("x-api-key", key);
+            if let Some(l) = last {
+                req = req.header("last-event-id", l);
+            }
+            req.send()
+        };
+        let r = events(None, "dev-key-tenant-demo").await.unwrap();
+        assert_eq!(r.headers()["content-type"], "text/event-stream");
+        let body = r.text().await.unwrap();
+        let cps = events_of(&body, "checkpoint");
+        let all = get(&s.api, &format!("/v1/agent-runs/{run_id}/checkpoints")).await;
+        assert_eq!(
+            cps.len(),
+            all["checkpoints"].as_array().unwrap().len(),
+            "{backend}"
+        );
+        for (i, c) in cps.iter().enumerate() {
+            assert_eq!(c["sequence"], i + 1);
+        }
+        assert_eq!(events_of(&body, "tool_execution").len(), 4, "{backend}");
+        let end = events_of(&body, "end");
+        assert_eq!(end.len(), 1);
+        assert_eq!(end[0]["status"], "completed");
+        assert_eq!(end[0]["result"], run["result"]);
+
+        // Resumed after sequence 10: only what follows.
+        let body = events(Some("10"), "dev-key-tenant-demo")
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
+        let later = events_of(&body, "checkpoint");
+        assert_eq!(later[0]["sequence"], 11, "{backend}");
+        assert_eq!(later.len(), cps.len() - 10);
+
+        // Another tenant's run is as absent as a missing one.
+        let r = events(None, "dev-key-tenant-other").await.unwrap();
+        assert_eq!(r.status(), 404, "{backend}");
+    }
+}

@@ -385,3 +385,115 @@ async fn a_run_is_not_taken_over_while_a_long_call_keeps_its_lease_alive() {
         assert!(other.claim("r1").await.unwrap(), "{backend}: lease expired");
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_driver_dropped_mid_run_stops_renewing_its_lease() {
+    for (backend, url) in fresh_databases("dropped").await {
+        let (db, store, _) = setup(&url).await;
+        let holder = store.with_lease_ms(600);
+        holder
+            .allocate(&new_run("r1", "key-00002", "h"))
+            .await
+            .unwrap();
+        // The driver is dropped (its request was cancelled, its task aborted)
+        // in the middle of a long call.
+        let dropped = tokio::time::timeout(
+            Duration::from_millis(300),
+            holder.while_leased("r1", tokio::time::sleep(Duration::from_secs(60))),
+        )
+        .await;
+        assert!(dropped.is_err());
+        // Its heartbeat went with it: the lease runs out and another process
+        // may take the run over.
+        tokio::time::sleep(Duration::from_millis(1000)).await;
+        let other = SqlRunStore::new(db.clone()).with_lease_ms(600);
+        assert!(
+            other.claim("r1").await.unwrap(),
+            "{backend}: nothing renews a dropped driver's lease"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_driver_that_lost_its_lease_writes_nothing() {
+    for (backend, url) in fresh_databases("fenced").await {
+        let (db, store, direct) = setup(&url).await;
+        let stale = store.with_lease_ms(200);
+        stale
+            .allocate(&new_run("r1", "key-00003", "h"))
+            .await
+            .unwrap();
+        // The holder stalls past its lease and another replica claims the run.
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let other = SqlRunStore::new(db.clone());
+        assert_eq!(other.claim_due(10).await.unwrap(), vec!["r1".to_string()]);
+
+        let engine = Engine::<Bundle>::new().unwrap();
+        let err = engine
+            .start(spec("r1"), &ConformancePlanner, &direct, &stale)
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(
+                err,
+                caseops_runtime::RuntimeError::Store(
+                    caseops_runtime::store::StoreError::LeaseLost { .. }
+                )
+            ),
+            "{backend}: {err}"
+        );
+        let written = db
+            .fetch_all("SELECT sequence FROM checkpoints WHERE run_id = 'r1'", &[])
+            .await
+            .unwrap();
+        assert!(
+            written.is_empty(),
+            "{backend}: the stale driver wrote nothing"
+        );
+        let ledger = db
+            .fetch_all(
+                "SELECT tool_call_id FROM tool_executions WHERE run_id = 'r1'",
+                &[],
+            )
+            .await
+            .unwrap();
+        assert!(ledger.is_empty(), "{backend}: nor any ledger row");
+
+        // The new holder drives it to the end.
+        let out = engine
+            .start(spec("r1"), &ConformancePlanner, &direct, &other)
+            .await
+            .unwrap();
+        assert_eq!(out.status, "completed", "{backend}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn claiming_due_runs_takes_expired_and_released_leases_once_each() {
+    for (backend, url) in fresh_databases("claims").await {
+        let (db, store, _) = setup(&url).await;
+        let dead = store.with_lease_ms(100);
+        for i in 0..3 {
+            dead.allocate(&new_run(&format!("r{i}"), &format!("key-claim-{i}"), "h"))
+                .await
+                .unwrap();
+        }
+        let live = SqlRunStore::new(db.clone());
+        live.allocate(&new_run("r-live", "key-claim-live", "h"))
+            .await
+            .unwrap();
+        assert!(dead.release("r2", 0).await.unwrap());
+        tokio::time::sleep(Duration::from_millis(150)).await;
+
+        let (a, b) = (SqlRunStore::new(db.clone()), SqlRunStore::new(db.clone()));
+        let (got_a, got_b) = tokio::join!(a.claim_due(10), b.claim_due(10));
+        let mut all = got_a.unwrap();
+        all.extend(got_b.unwrap());
+        all.sort();
+        assert_eq!(
+            all,
+            ["r0", "r1", "r2"],
+            "{backend}: each due run claimed by exactly one replica, the live one by none"
+        );
+    }
+}

@@ -240,6 +240,7 @@ impl<B: ContractBundle, D: ToolDispatch + 'static> McpServer<B, D> {
         claims: &TaskClaims,
         params: &Map<String, Value>,
     ) -> Result<Value, CallFailure> {
+        crate::fault::tool_delay().await;
         let Some(name) = params.get("name").and_then(Value::as_str) else {
             return Err(CallFailure::Protocol(
                 jsonrpc::INVALID_PARAMS,

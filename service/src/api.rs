@@ -544,18 +544,41 @@ fn openapi() -> Value {
         "paths": {
             "/v1/cases/{case_id}/agent-runs": { "post": {
                 "summary": "Start (or replay) an agent run on a case",
+                "description": "The run is recorded and handed to a run worker; the request only waits for it. A client that disconnects changes nothing about its run. By default the request waits until the run finishes (up to the run's wall-clock budget plus 10 s); `Prefer: respond-async` answers 202 at once, `Prefer: wait=N` waits at most N seconds. A run that another replica is driving is waited for the same way.",
                 "parameters": [
                     { "name": "case_id", "in": "path", "required": true, "schema": { "type": "string" } },
                     { "name": "Idempotency-Key", "in": "header", "required": true, "schema": { "type": "string", "minLength": 8, "maxLength": 120, "pattern": "^[A-Za-z0-9._:-]+$" } },
+                    { "name": "Prefer", "in": "header", "required": false, "description": "RFC 7240: `respond-async` and/or `wait=N` (seconds).", "schema": { "type": "string" } },
                 ],
                 "requestBody": { "required": true, "content": { "application/json": { "schema": { "$ref": "#/components/schemas/StartRun" } } } },
                 "responses": {
-                    "201": { "description": "new run", "content": { "application/json": { "schema": { "$ref": "#/components/schemas/Run" } } } },
-                    "200": { "description": "replayed or resumed run", "content": { "application/json": { "schema": { "$ref": "#/components/schemas/Run" } } } },
+                    "201": { "description": "new run, finished", "content": { "application/json": { "schema": { "$ref": "#/components/schemas/Run" } } } },
+                    "200": { "description": "replayed or resumed run, finished", "content": { "application/json": { "schema": { "$ref": "#/components/schemas/Run" } } } },
+                    "202": {
+                        "description": "the run goes on: follow `Location` or its events",
+                        "headers": {
+                            "Location": { "schema": { "type": "string" }, "description": "/v1/agent-runs/{run_id}" },
+                            "Retry-After": { "schema": { "type": "integer" } },
+                            "Preference-Applied": { "schema": { "type": "string" } },
+                        },
+                        "content": { "application/json": { "schema": { "$ref": "#/components/schemas/Run" } } },
+                    },
                     "401": err("no or bad API key"), "404": err("unknown case"), "409": err("key reused with another request"), "422": err("invalid body or header"),
+                    "503": err("the database did not answer, or this replica is shutting down; retry with the same Idempotency-Key (see Retry-After)"),
                 },
             } },
-            "/v1/agent-runs/{run_id}": { "get": { "summary": "A run", "responses": { "200": { "description": "the run" }, "404": err("unknown run") } } },
+            "/v1/agent-runs/{run_id}/events": { "get": {
+                "summary": "The run's progress as Server-Sent Events",
+                "description": "`checkpoint` events (id = checkpoint sequence) for every committed checkpoint, `tool_execution` events (no id) for ledger rows that changed, and one `end` event with the run when it is terminal, after which the stream closes. Reconnect with `Last-Event-ID` to receive only later checkpoints.",
+                "parameters": [
+                    { "name": "run_id", "in": "path", "required": true, "schema": { "type": "string" } },
+                    { "name": "Last-Event-ID", "in": "header", "required": false, "schema": { "type": "integer", "minimum": 0 } },
+                ],
+                "responses": {
+                    "200": { "description": "an event stream", "content": { "text/event-stream": { "schema": { "type": "string" } } } },
+                    "404": err("unknown run"),
+                },
+            } },
             "/v1/agent-runs/{run_id}/tool-executions": { "get": { "summary": "The run's tool ledger", "responses": { "200": { "description": "ledger rows" }, "404": err("unknown run") } } },
             "/v1/agent-runs/{run_id}/checkpoints": { "get": { "summary": "The run's checkpoints", "responses": { "200": { "description": "checkpoints" }, "404": err("unknown run") } } },
         },

@@ -409,17 +409,22 @@ pub(crate) enum Backend {
     Postgres(AnyPool),
 }
 
+/// Runs a statement on the pool and reads every row it returns.
+async fn pg_rows(pool: &AnyPool, sql: &str, params: &[Param]) -> Result<Vec<Row>, DbError> {
+    Ok(pg_query(sql, params)
+        .fetch_all(pool)
+        .await?
+        .iter()
+        .map(pg_row)
+        .collect())
+}
+
 impl Backend {
     pub(crate) async fn fetch_all(&self, sql: &str, params: &[Param]) -> Result<Vec<Row>, DbError> {
         sent(1);
         match self {
             Backend::Sqlite(s) => Ok(sqlite_rows(&*s.reader().await, sql, params)?),
-            Backend::Postgres(pool) => Ok(pg_query(sql, params)
-                .fetch_all(pool)
-                .await?
-                .iter()
-                .map(pg_row)
-                .collect()),
+            Backend::Postgres(pool) => pg_rows(pool, sql, params).await,
         }
     }
 
@@ -443,12 +448,7 @@ impl Backend {
         sent(1);
         match self {
             Backend::Sqlite(s) => Ok(sqlite_rows(&*s.writer().await, sql, params)?),
-            Backend::Postgres(pool) => Ok(pg_query(sql, params)
-                .fetch_all(pool)
-                .await?
-                .iter()
-                .map(pg_row)
-                .collect()),
+            Backend::Postgres(pool) => pg_rows(pool, sql, params).await,
         }
     }
 

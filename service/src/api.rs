@@ -346,6 +346,8 @@ async fn start_run(
         bundle_digest: Bundle::BUNDLE_DIGEST.into(),
     };
     let started = std::time::Instant::now();
+    // Subscribed before the run is read or created: every change after it is seen.
+    let changes = state.workers.signals().settlements();
     let admitted = match tokio::spawn(admit(state.clone(), new)).await {
         Ok(Ok(a)) => a,
         Ok(Err(e)) => return unavailable(e),
@@ -371,9 +373,10 @@ async fn start_run(
     let waited = if wait.is_zero() {
         Waited::Pending(record)
     } else {
+        let run_id = record.run_id.clone();
         match state
             .workers
-            .wait(&who.tenant_id, &record.run_id, wait)
+            .wait(changes, &who.tenant_id, &run_id, Some(record), wait)
             .await
         {
             Ok(w) => w,

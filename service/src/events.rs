@@ -20,7 +20,7 @@ use serde_json::json;
 use tokio::sync::broadcast;
 
 use crate::api::{AppState, find, run_view};
-use crate::store::runs::{RunChange, SqlRunStore};
+use crate::store::runs::{SqlRunStore, next_of};
 
 /// How often a stream re-reads a run that another replica drives.
 const FOREIGN_POLL: Duration = Duration::from_millis(250);
@@ -34,7 +34,7 @@ struct Follow {
     /// `tool_call_id` → (status, attempts) as last sent.
     ledger: HashMap<String, (String, u32)>,
     ready: VecDeque<Event>,
-    changes: broadcast::Receiver<RunChange>,
+    changes: broadcast::Receiver<Arc<str>>,
     done: bool,
 }
 
@@ -53,7 +53,7 @@ pub(crate) async fn stream(
         .and_then(|v| v.trim().parse::<u64>().ok())
         .unwrap_or(0);
     let follow = Follow {
-        changes: state.workers.subscribe(),
+        changes: state.workers.signals().commits(),
         state,
         tenant: who.tenant_id,
         run_id,
@@ -79,7 +79,7 @@ pub(crate) async fn stream(
                         // The client reconnects (to another replica) where it left off.
                         () = stopping.cancelled() => return None,
                         () = tokio::time::sleep(FOREIGN_POLL) => {}
-                        () = changed(&mut f.changes, &f.run_id) => {}
+                        () = next_of(&mut f.changes, &f.run_id) => {}
                     }
                 }
                 Err(()) => return None,
@@ -148,17 +148,5 @@ impl Follow {
             self.done = true;
         }
         Ok(!self.ready.is_empty())
-    }
-}
-
-/// Resolves on any commit of `run_id` in this process (or missed changes).
-async fn changed(changes: &mut broadcast::Receiver<RunChange>, run_id: &str) {
-    loop {
-        match changes.recv().await {
-            Ok(c) if &*c.run_id == run_id => return,
-            Ok(_) => {}
-            Err(broadcast::error::RecvError::Lagged(_)) => return,
-            Err(broadcast::error::RecvError::Closed) => std::future::pending().await,
-        }
     }
 }

@@ -13,7 +13,7 @@ use crate::mcp::token::TokenIssuer;
 use crate::metrics::Metrics;
 use crate::store::Db;
 use crate::store::reference::SqlRepository;
-use crate::store::runs::SqlRunStore;
+use crate::store::runs::{RunSignals, SqlRunStore};
 use crate::tools::CaseOpsTools;
 use crate::worker::{Driver, WorkerConfig, Workers};
 use tokio_util::sync::CancellationToken;
@@ -189,12 +189,10 @@ pub async fn start(config: HostConfig) -> Result<RunningHost, HostError> {
             TOKEN_TTL_SECONDS,
         )
         .map_err(|e| HostError::Setup(e.to_string()))?;
-        // Room for every commit of many runs at once: a waiter that falls behind
-        // only re-reads its run.
-        let (changes, _) = tokio::sync::broadcast::channel(1024);
+        let signals = RunSignals::default();
         let runs = SqlRunStore::new(db.clone())
             .with_lease_ms(config.lease_ms)
-            .with_changes(changes.clone());
+            .with_signals(signals.clone());
         let engine = Engine::<Bundle>::new().map_err(|e| HostError::Setup(e.to_string()))?;
         let metrics = Arc::new(Metrics::default());
         let budget =
@@ -208,7 +206,7 @@ pub async fn start(config: HostConfig) -> Result<RunningHost, HostError> {
         let pool = Workers::start(
             driver,
             metrics.clone(),
-            changes,
+            signals,
             WorkerConfig::for_lease(config.workers, config.lease_ms),
         );
         let state = AppState {

@@ -28,7 +28,7 @@ use crate::mcp::client::McpClient;
 use crate::metrics::Metrics;
 use crate::planner::AnyPlanner;
 use crate::store::DbError;
-use crate::store::runs::{RunChange, RunRecord, SqlRunStore};
+use crate::store::runs::{RunRecord, RunSignals, SqlRunStore, next_of};
 
 /// After a driver fails for a reason other than a lost lease (the database went
 /// away mid-run, say), the run is released for a retry this much later.
@@ -87,7 +87,7 @@ pub struct Workers {
     /// Runs driven in this process (one driver per run here; the lease guards
     /// across processes), with the handle to abort a driver that outstays the grace.
     local: std::sync::Mutex<HashMap<String, Option<AbortHandle>>>,
-    changes: broadcast::Sender<RunChange>,
+    signals: RunSignals,
     claim_every: Duration,
 }
 
@@ -96,7 +96,7 @@ impl Workers {
     pub fn start(
         driver: Driver,
         metrics: Arc<Metrics>,
-        changes: broadcast::Sender<RunChange>,
+        signals: RunSignals,
         config: WorkerConfig,
     ) -> Arc<Self> {
         let workers = Arc::new(Self {
@@ -107,7 +107,7 @@ impl Workers {
             interrupt: Arc::new(AtomicBool::new(false)),
             stopping: CancellationToken::new(),
             local: Default::default(),
-            changes,
+            signals,
             claim_every: config.claim_every,
         });
         let looping = workers.clone();
@@ -132,16 +132,8 @@ impl Workers {
         &self.stopping
     }
 
-    pub fn subscribe(&self) -> broadcast::Receiver<RunChange> {
-        self.changes.subscribe()
-    }
-
-    fn announce(&self, run_id: &str, settled: bool) {
-        // No receiver is not an error: nobody is waiting.
-        let _ = self.changes.send(RunChange {
-            run_id: run_id.into(),
-            settled,
-        });
+    pub fn signals(&self) -> &RunSignals {
+        &self.signals
     }
 
     /// Drives a run this process holds the lease of, if a worker is free. When
@@ -174,7 +166,7 @@ impl Workers {
             me.drive(&id).await;
             me.local.lock().expect("worker table").remove(&id);
             drop(permit);
-            me.announce(&id, true);
+            me.signals.settled(&id);
         });
         // INVARIANT: the entry is still ours: the task removes it only after it
         // takes this same lock, which we hold.
@@ -280,25 +272,29 @@ impl Workers {
 
     /// Waits until the run is terminal, at most `wait`, or until the process
     /// stops. Changes in this process wake the wait at once; a run driven by
-    /// another replica is re-read every 200 ms.
+    /// another replica is re-read every 200 ms. `changes` (settlements) must have been
+    /// subscribed before `current` (the run as last read, if the caller has it)
+    /// was read, so that no change falls between the two.
     pub async fn wait(
         &self,
+        mut changes: broadcast::Receiver<Arc<str>>,
         tenant: &str,
         run_id: &str,
+        mut current: Option<RunRecord>,
         wait: Duration,
     ) -> Result<Waited, DbError> {
         let deadline = tokio::time::Instant::now() + wait;
-        // Subscribed before the first read, so no change falls between the two.
-        let mut changes = self.changes.subscribe();
         loop {
             let record =
-                self.driver
-                    .runs
-                    .get(tenant, run_id)
-                    .await?
-                    .ok_or_else(|| DbError::LeaseLost {
-                        run_id: run_id.to_string(),
-                    })?;
+                match current.take() {
+                    Some(r) => r,
+                    None => self.driver.runs.get(tenant, run_id).await?.ok_or_else(|| {
+                        DbError::Corrupt {
+                            table: "runs",
+                            message: format!("run `{run_id}` vanished"),
+                        }
+                    })?,
+                };
             if SqlRunStore::outcome_of(&record).is_some() {
                 return Ok(Waited::Finished(record));
             }
@@ -309,7 +305,7 @@ impl Workers {
                 () = self.stopping.cancelled() => return Ok(Waited::Pending(record)),
                 () = tokio::time::sleep_until(deadline) => {}
                 () = tokio::time::sleep(FOREIGN_POLL) => {}
-                () = settled(&mut changes, run_id) => {}
+                () = next_of(&mut changes, run_id) => {}
             }
         }
     }
@@ -348,18 +344,6 @@ impl Workers {
             Ok(0) => {}
             Ok(n) => eprintln!("caseops: released {n} runs for other replicas"),
             Err(e) => eprintln!("caseops: releasing leases failed (they will expire): {e}"),
-        }
-    }
-}
-
-/// Resolves when `run_id` settles (or when changes were missed: the caller re-reads).
-async fn settled(changes: &mut broadcast::Receiver<RunChange>, run_id: &str) {
-    loop {
-        match changes.recv().await {
-            Ok(c) if c.settled && &*c.run_id == run_id => return,
-            Ok(_) => {}
-            Err(broadcast::error::RecvError::Lagged(_)) => return,
-            Err(broadcast::error::RecvError::Closed) => std::future::pending().await,
         }
     }
 }

@@ -56,13 +56,66 @@ pub enum Allocation {
     Conflict(RunRecord),
 }
 
-/// A change to a run, announced in this process by the store (each commit) and
-/// by the run workers (a driver that stopped).
+/// Changes to runs, announced inside this process: every commit (for event
+/// streams) and every run that settled — reached a terminal state, or whose driver
+/// here stopped (for waiting requests). Two channels, so that a commit wakes only
+/// the streams that follow runs, not every waiting request.
 #[derive(Debug, Clone)]
-pub struct RunChange {
-    pub run_id: std::sync::Arc<str>,
-    /// The run reached a terminal state, or its driver here stopped.
-    pub settled: bool,
+pub struct RunSignals {
+    commits: tokio::sync::broadcast::Sender<std::sync::Arc<str>>,
+    settled: tokio::sync::broadcast::Sender<std::sync::Arc<str>>,
+}
+
+impl Default for RunSignals {
+    fn default() -> Self {
+        // Room for many runs' changes: a receiver that falls behind re-reads.
+        Self {
+            commits: tokio::sync::broadcast::channel(1024).0,
+            settled: tokio::sync::broadcast::channel(1024).0,
+        }
+    }
+}
+
+impl RunSignals {
+    /// A commit of `run_id`; `terminal` when it ended the run.
+    pub fn committed(&self, run_id: &str, terminal: bool) {
+        // No receiver is not an error: nobody follows the run.
+        let id: std::sync::Arc<str> = run_id.into();
+        if terminal {
+            let _ = self.settled.send(id.clone());
+        }
+        let _ = self.commits.send(id);
+    }
+
+    /// The driver of `run_id` in this process stopped (whatever the outcome).
+    pub fn settled(&self, run_id: &str) {
+        self.committed(run_id, true);
+    }
+
+    pub fn commits(&self) -> tokio::sync::broadcast::Receiver<std::sync::Arc<str>> {
+        self.commits.subscribe()
+    }
+
+    pub fn settlements(&self) -> tokio::sync::broadcast::Receiver<std::sync::Arc<str>> {
+        self.settled.subscribe()
+    }
+}
+
+/// Resolves when `changes` carries `run_id`, or when changes were missed (the
+/// caller re-reads the run either way).
+pub async fn next_of(
+    changes: &mut tokio::sync::broadcast::Receiver<std::sync::Arc<str>>,
+    run_id: &str,
+) {
+    use tokio::sync::broadcast::error::RecvError;
+    loop {
+        match changes.recv().await {
+            Ok(id) if &*id == run_id => return,
+            Ok(_) => {}
+            Err(RecvError::Lagged(_)) => return,
+            Err(RecvError::Closed) => std::future::pending().await,
+        }
+    }
 }
 
 /// `RunStore` over a database.
@@ -74,7 +127,7 @@ pub struct SqlRunStore {
     /// How long a lease lasts without a commit renewing it.
     pub lease_ms: i64,
     /// Where commits are announced (waiting requests, event streams).
-    changes: Option<tokio::sync::broadcast::Sender<RunChange>>,
+    signals: Option<RunSignals>,
 }
 
 /// Default lease. A driver renews its lease every third of it (and at every commit),
@@ -143,13 +196,13 @@ impl SqlRunStore {
                 uuid::Uuid::new_v4().simple()
             ),
             lease_ms: DEFAULT_LEASE_MS,
-            changes: None,
+            signals: None,
         }
     }
 
     /// Announces every commit on `changes`.
-    pub fn with_changes(mut self, changes: tokio::sync::broadcast::Sender<RunChange>) -> Self {
-        self.changes = Some(changes);
+    pub fn with_signals(mut self, signals: RunSignals) -> Self {
+        self.signals = Some(signals);
         self
     }
 
@@ -347,9 +400,24 @@ impl SqlRunStore {
         row.as_ref().map(record).transpose()
     }
 
+    /// The ledger of a run of `tenant` (another tenant's run has none).
     pub async fn ledger(&self, tenant: &str, run_id: &str) -> Result<Vec<LedgerRow>, DbError> {
-        let rows = self.db.fetch_all("SELECT run_id, tool_call_id, tool_name, tool_version, arguments, arguments_hash, fingerprint, status, attempt_count, result, error_class, error_code, bundle_digest, started_at, finished_at \
-             FROM tool_executions WHERE tenant_id = ? AND run_id = ? ORDER BY started_at, tool_call_id", &params![tenant, run_id])
+        self.ledger_rows("tenant_id = ? AND run_id = ?", &params![tenant, run_id])
+            .await
+    }
+
+    /// The ledger of a run of any tenant, for the process that drove it.
+    pub async fn ledger_of(&self, run_id: &str) -> Result<Vec<LedgerRow>, DbError> {
+        self.ledger_rows("run_id = ?", &params![run_id]).await
+    }
+
+    async fn ledger_rows(
+        &self,
+        filter: &str,
+        params: &[super::sql::Param],
+    ) -> Result<Vec<LedgerRow>, DbError> {
+        let rows = self.db.fetch_all(&format!("SELECT run_id, tool_call_id, tool_name, tool_version, arguments, arguments_hash, fingerprint, status, attempt_count, result, error_class, error_code, bundle_digest, started_at, finished_at \
+             FROM tool_executions WHERE {filter} ORDER BY started_at, tool_call_id"), params)
         .await?;
         let mut out: Vec<LedgerRow> = rows
             .iter()
@@ -558,11 +626,8 @@ impl SqlRunStore {
         }
         db.count_commit();
         crate::fault::after_commit(db.commits());
-        if let Some(changes) = &self.changes {
-            let _ = changes.send(RunChange {
-                run_id: batch.run_id.as_str().into(),
-                settled: batch.outcome.is_some(),
-            });
+        if let Some(signals) = &self.signals {
+            signals.committed(&batch.run_id, batch.outcome.is_some());
         }
         Ok(())
     }

@@ -435,9 +435,16 @@ async fn serve(database: String, o: ServeOptions) -> Result<(), String> {
         workers,
     };
     let running = host::start(config).await.map_err(|e| e.to_string())?;
-    seed(&running.db, &reference_data())
-        .await
-        .map_err(|e| e.to_string())?;
+    // Production data is the operator's: only development serving loads the demo
+    // tenants and cases (`caseops seed` loads them anywhere, on request).
+    if !production {
+        seed(&running.db, &reference_data())
+            .await
+            .map_err(|e| e.to_string())?;
+        println!(
+            "caseops: demo reference data loaded (tenant-demo, tenant-other; not in --production)"
+        );
+    }
     if let Some(a) = running.api_addr {
         println!("caseops api on http://{a} (database {})", redact(&database));
     }
@@ -499,8 +506,14 @@ fn parse_api_keys(
     Ok(keys)
 }
 
+/// Opens an existing database without creating or migrating anything.
+async fn open_existing(db: DbArgs) -> Result<Db, String> {
+    let url = db.database.unwrap_or_else(default_db);
+    Db::open_existing(&url, 2).await.map_err(|e| e.to_string())
+}
+
 async fn show(db: DbArgs, tenant: &str, run_id: &str) -> Result<(), String> {
-    let store = SqlRunStore::new(open(db).await?);
+    let store = SqlRunStore::new(open_existing(db).await?);
     let run = store
         .get(tenant, run_id)
         .await
@@ -529,7 +542,7 @@ async fn show(db: DbArgs, tenant: &str, run_id: &str) -> Result<(), String> {
 }
 
 async fn verify(db: DbArgs) -> Result<(), String> {
-    let db = open(db).await?;
+    let db = open_existing(db).await?;
     let v = audit::verify(&db).await.map_err(|e| e.to_string())?;
     for p in &v.problems {
         println!("BROKEN {p}");

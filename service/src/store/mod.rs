@@ -28,6 +28,17 @@ pub enum DbError {
     Connect { url: String, message: String },
     #[error("migrating database failed: {0}")]
     Migrate(String),
+    #[error(
+        "no database at `{url}`: `caseops migrate --database {url}` creates one (or pass `--database`)"
+    )]
+    Missing { url: String },
+    #[error("database `{url}` has schema version {found}, this caseops needs {expected}: {fix}")]
+    Schema {
+        url: String,
+        found: i64,
+        expected: i64,
+        fix: &'static str,
+    },
     #[error("database error: {0}")]
     Query(#[from] sqlx::Error),
     #[error("database error: {0}")]
@@ -140,6 +151,60 @@ impl Db {
     /// Opens (creating a SQLite file if needed) and migrates. `url` is
     /// `sqlite:///path/to/file.db`, `sqlite://relative.db` or `postgres://…`.
     pub async fn connect(url: &str, max_connections: u32) -> Result<Self, DbError> {
+        let db = Self::open(url, max_connections, true).await?;
+        db.migrate().await?;
+        Ok(db)
+    }
+
+    /// Opens a database that exists, for commands that only inspect it: never
+    /// creates a file, never migrates, and refuses a schema other than this
+    /// build's (older: migrate it; newer: upgrade caseops).
+    pub async fn open_existing(url: &str, max_connections: u32) -> Result<Self, DbError> {
+        let db = Self::open(url, max_connections, false).await?;
+        let found = db.schema_version().await?;
+        let expected = SQLITE.len() as i64;
+        if found != expected {
+            return Err(DbError::Schema {
+                url: redact(url),
+                found,
+                expected,
+                fix: if found < expected {
+                    "run `caseops migrate` first"
+                } else {
+                    "it was written by a newer caseops; upgrade this one"
+                },
+            });
+        }
+        Ok(db)
+    }
+
+    /// The last migration applied (0 for an empty database).
+    async fn schema_version(&self) -> Result<i64, DbError> {
+        match &*self.backend {
+            Backend::Sqlite(s) => {
+                let conn = s.writer().await;
+                Ok(conn.pragma_query_value(None, "user_version", |r| r.get(0))?)
+            }
+            Backend::Postgres(_) => {
+                let exists = self
+                    .fetch_optional("SELECT to_regclass('_sqlx_migrations')::text AS t", &[])
+                    .await?
+                    .and_then(|r| r.get::<Option<String>>("t").ok().flatten());
+                if exists.is_none() {
+                    return Ok(0);
+                }
+                let row = self
+                    .fetch_optional(
+                        "SELECT COALESCE(MAX(version), 0) AS v FROM _sqlx_migrations WHERE success",
+                        &[],
+                    )
+                    .await?;
+                Ok(row.map(|r| r.get::<i64>("v")).transpose()?.unwrap_or(0))
+            }
+        }
+    }
+
+    async fn open(url: &str, max_connections: u32, create: bool) -> Result<Self, DbError> {
         let connect_error = |message: String| DbError::Connect {
             url: redact(url),
             message,
@@ -178,6 +243,9 @@ impl Db {
                     "expected a file path (an in-memory database would not be shared by its connections)".into(),
                 ));
             }
+            if !create && !std::path::Path::new(path).exists() {
+                return Err(DbError::Missing { url: redact(url) });
+            }
             let sqlite =
                 sql::Sqlite::open(path, max_connections as usize).map_err(connect_error)?;
             (Dialect::Sqlite, Backend::Sqlite(sqlite))
@@ -186,13 +254,11 @@ impl Db {
                 "expected a `sqlite:` or `postgres://` URL".into(),
             ));
         };
-        let db = Db {
+        Ok(Db {
             backend: Arc::new(backend),
             dialect,
             commits: Default::default(),
-        };
-        db.migrate().await?;
-        Ok(db)
+        })
     }
 
     pub async fn migrate(&self) -> Result<(), DbError> {

@@ -1,0 +1,117 @@
+//! The `caseops` commands as a user runs them: what they create, what they refuse.
+
+mod db_support;
+
+use std::process::Command;
+
+use db_support::fresh_databases;
+
+fn caseops(dir: &std::path::Path, args: &[&str]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_caseops"))
+        .args(args)
+        .current_dir(dir)
+        .env_remove("CASEOPS_DATABASE_URL")
+        .output()
+        .unwrap()
+}
+
+#[test]
+fn read_only_commands_in_an_empty_folder_create_nothing_and_name_the_missing_database() {
+    let dir = std::env::temp_dir().join(db_support::unique("cli-empty"));
+    std::fs::create_dir_all(&dir).unwrap();
+    for args in [&["runs", "show", "run-1"][..], &["audit", "verify"][..]] {
+        let out = caseops(&dir, args);
+        assert_eq!(out.status.code(), Some(1), "{args:?}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            err.contains("no database at `sqlite://caseops.db`") && err.contains("caseops migrate"),
+            "{args:?}: {err}"
+        );
+        assert_eq!(err.lines().count(), 1, "{err}");
+    }
+    let left: Vec<_> = std::fs::read_dir(&dir).unwrap().collect();
+    assert!(left.is_empty(), "nothing was created: {left:?}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn read_only_commands_refuse_a_database_of_an_older_schema_without_migrating_it() {
+    let dir = std::env::temp_dir().join(db_support::unique("cli-old"));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("old.db");
+    let conn = rusqlite::Connection::open(&file).unwrap();
+    conn.pragma_update(None, "user_version", 1).unwrap();
+    drop(conn);
+    let url = format!("sqlite://{}", file.display());
+    let out = caseops(&dir, &["audit", "verify", "--database", &url]);
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("has schema version 1") && err.contains("run `caseops migrate` first"),
+        "{err}"
+    );
+    let conn = rusqlite::Connection::open(&file).unwrap();
+    let version: i64 = conn
+        .pragma_query_value(None, "user_version", |r| r.get(0))
+        .unwrap();
+    assert_eq!(version, 1, "left as it was");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn production_serving_never_loads_the_demo_data() {
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let databases = rt.block_on(fresh_databases("production"));
+    let Some((_, url)) = databases.into_iter().find(|(b, _)| *b == "postgres") else {
+        eprintln!("skipped: production serving needs PostgreSQL (CASEOPS_TEST_POSTGRES_URL)");
+        return;
+    };
+    let mut child = Command::new(env!("CARGO_BIN_EXE_caseops"))
+        .args([
+            "serve",
+            "--production",
+            "--listen",
+            "127.0.0.1:0",
+            "--mcp-listen",
+            "127.0.0.1:0",
+            "--database",
+            &url,
+        ])
+        .env(
+            "CASEOPS_SIGNING_KEY",
+            "a-production-signing-key-of-32-bytes-or-more",
+        )
+        .env(
+            "CASEOPS_API_KEYS",
+            "prod-key-0123456789=tenant-acme:user:alice",
+        )
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut out = std::io::BufRead::lines(std::io::BufReader::new(child.stdout.take().unwrap()));
+    let mut printed = Vec::new();
+    for line in out.by_ref() {
+        let line = line.unwrap();
+        let api = line.starts_with("caseops api on");
+        printed.push(line);
+        if api {
+            break;
+        }
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    assert!(
+        !printed.iter().any(|l| l.contains("demo reference data")),
+        "{printed:?}"
+    );
+    let cases = rt.block_on(async {
+        let db = caseops_service::store::Db::open_existing(&url, 1)
+            .await
+            .unwrap();
+        db.fetch_all("SELECT case_id FROM cases", &[])
+            .await
+            .unwrap()
+            .len()
+    });
+    assert_eq!(cases, 0, "no demo case in a production database");
+}

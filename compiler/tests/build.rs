@@ -1,7 +1,10 @@
 //! `caseops-compile build`: the generated crate and its artifacts.
 
+mod temp_support;
+
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use temp_support::TempProject;
 
 use caseops_compile::build::{self, Builder, Generated};
 use serde_json::Value;
@@ -298,9 +301,8 @@ fn copy_dir(from: &Path, to: &Path) {
     }
 }
 
-fn project_copy(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("caseops-build-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
+fn project_copy(name: &str) -> TempProject {
+    let dir = TempProject::new(&format!("build-{name}"));
     for sub in ["contracts", "policies", "generated"] {
         copy_dir(&repo_root().join(sub), &dir.join(sub));
     }

@@ -1,7 +1,10 @@
 //! The `caseops-compile` binary as a user runs it: exit codes, formats, `explain`.
 
+mod temp_support;
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
+use temp_support::TempProject;
 
 fn bin() -> Command {
     Command::new(env!("CARGO_BIN_EXE_caseops-compile"))
@@ -12,9 +15,8 @@ fn repo_root() -> PathBuf {
 }
 
 /// A copy of the repository's contracts and policies in a fresh temporary directory.
-fn project_copy(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("caseops-cli-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
+fn project_copy(name: &str) -> TempProject {
+    let dir = TempProject::new(&format!("cli-{name}"));
     copy_dir(&repo_root().join("contracts"), &dir.join("contracts"));
     copy_dir(&repo_root().join("policies"), &dir.join("policies"));
     dir

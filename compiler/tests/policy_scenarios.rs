@@ -1,8 +1,11 @@
 //! The Cedar half of the compiler: the generated schema, policy validation against
 //! it, and `caseops-compile test` with the real Cedar authorizer.
 
+mod temp_support;
+
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use temp_support::TempProject;
 
 use caseops_compile::{check_sources, policies, render, run_scenarios, source};
 
@@ -176,9 +179,8 @@ fn bin() -> Command {
     Command::new(env!("CARGO_BIN_EXE_caseops-compile"))
 }
 
-fn copy_project(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("caseops-test-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
+fn copy_project(name: &str) -> TempProject {
+    let dir = TempProject::new(&format!("test-{name}"));
     for sub in ["contracts/tools", "policies/tests"] {
         std::fs::create_dir_all(dir.join(sub)).unwrap();
         for e in std::fs::read_dir(repo_root().join(sub)).unwrap() {

@@ -272,17 +272,10 @@ async fn sigterm_drains_a_replica_answers_its_clients_and_hands_its_runs_over_at
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_database_outage_makes_readiness_fail_fast_and_every_run_completes_after_it() {
-    let Some(admin) = db_support::admin_postgres_url() else {
-        eprintln!("skipped: CASEOPS_TEST_POSTGRES_URL is not set");
+    let databases = fresh_databases("outage").await;
+    let Some(url) = databases.postgres().map(str::to_string) else {
         return;
     };
-    let _ = admin;
-    let url = fresh_databases("outage")
-        .await
-        .into_iter()
-        .find(|(b, _)| *b == "postgres")
-        .unwrap()
-        .1;
     // The service reaches PostgreSQL through a proxy that can cut it off: to the
     // service that is a database restart (every connection dropped, none accepted).
     let upstream = fleet::socket_of(&url);

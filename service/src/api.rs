@@ -346,21 +346,37 @@ async fn start_run(
         bundle_digest: Bundle::BUNDLE_DIGEST.into(),
     };
     let started = std::time::Instant::now();
-    // Subscribed before the run is read or created: every change after it is seen.
-    let changes = state.workers.signals().settlements();
+    // A replay is answered from one read, here: nothing to write, nothing that a
+    // client going away could interrupt.
+    let known = match state
+        .runs
+        .by_key(&new.spec.tenant_id, &new.idempotency_key)
+        .await
+    {
+        Ok(k) => k,
+        Err(e) => return unavailable(e),
+    };
+    if let Some(r) = &known {
+        if r.request_hash != new.request_hash {
+            return conflict();
+        }
+        if SqlRunStore::outcome_of(r).is_some() {
+            state.metrics.run_replayed();
+            return (StatusCode::OK, axum::Json(run_view(r, true))).into_response();
+        }
+    }
+    // Registered before the run is created or read again, so that its settlement
+    // cannot fall between the two.
+    let expected = known.map_or_else(|| new.spec.run_id.clone(), |r| r.run_id);
+    let signals = state.workers.signals();
+    let mut settlement = signals.watch(&expected);
     let admitted = match tokio::spawn(admit(state.clone(), new)).await {
         Ok(Ok(a)) => a,
         Ok(Err(e)) => return unavailable(e),
         Err(e) => return internal(e),
     };
     let (record, created) = match admitted {
-        Admitted::Conflict => {
-            return problem(
-                StatusCode::CONFLICT,
-                "Conflict",
-                "this Idempotency-Key was used with a different request",
-            );
-        }
+        Admitted::Conflict => return conflict(),
         Admitted::Finished(r) => {
             state.metrics.run_replayed();
             return (StatusCode::OK, axum::Json(run_view(&r, true))).into_response();
@@ -374,9 +390,17 @@ async fn start_run(
         Waited::Pending(record)
     } else {
         let run_id = record.run_id.clone();
+        // Another request created the key's run meanwhile: watch that one and
+        // read it again.
+        let current = if run_id == expected {
+            Some(record)
+        } else {
+            settlement = signals.watch(&run_id);
+            None
+        };
         match state
             .workers
-            .wait(changes, &who.tenant_id, &run_id, Some(record), wait)
+            .wait(&settlement, &who.tenant_id, &run_id, current, wait)
             .await
         {
             Ok(w) => w,
@@ -398,6 +422,14 @@ async fn start_run(
             accepted(&r, prefer)
         }
     }
+}
+
+fn conflict() -> Response {
+    problem(
+        StatusCode::CONFLICT,
+        "Conflict",
+        "this Idempotency-Key was used with a different request",
+    )
 }
 
 /// The database failed this request; the run (if any) is safe and resumable.

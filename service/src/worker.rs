@@ -19,7 +19,7 @@ use std::time::Duration;
 use caseops_generated::Bundle;
 use caseops_runtime::store::StoreError;
 use caseops_runtime::{Engine, Outcome, RuntimeError};
-use tokio::sync::{Semaphore, broadcast};
+use tokio::sync::Semaphore;
 use tokio::task::AbortHandle;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
@@ -28,7 +28,7 @@ use crate::mcp::client::McpClient;
 use crate::metrics::Metrics;
 use crate::planner::AnyPlanner;
 use crate::store::DbError;
-use crate::store::runs::{RunRecord, RunSignals, SqlRunStore, next_of};
+use crate::store::runs::{RunRecord, RunSignals, Settlement, SqlRunStore};
 
 /// After a driver fails for a reason other than a lost lease (the database went
 /// away mid-run, say), the run is released for a retry this much later.
@@ -272,12 +272,12 @@ impl Workers {
 
     /// Waits until the run is terminal, at most `wait`, or until the process
     /// stops. Changes in this process wake the wait at once; a run driven by
-    /// another replica is re-read every 200 ms. `changes` (settlements) must have been
-    /// subscribed before `current` (the run as last read, if the caller has it)
+    /// another replica is re-read every 200 ms. `settlement` must have been
+    /// registered before `current` (the run as last read, if the caller has it)
     /// was read, so that no change falls between the two.
     pub async fn wait(
         &self,
-        mut changes: broadcast::Receiver<Arc<str>>,
+        settlement: &Settlement,
         tenant: &str,
         run_id: &str,
         mut current: Option<RunRecord>,
@@ -305,7 +305,7 @@ impl Workers {
                 () = self.stopping.cancelled() => return Ok(Waited::Pending(record)),
                 () = tokio::time::sleep_until(deadline) => {}
                 () = tokio::time::sleep(FOREIGN_POLL) => {}
-                () = next_of(&mut changes, run_id) => {}
+                () = settlement.settled() => {}
             }
         }
     }

@@ -57,21 +57,51 @@ pub enum Allocation {
 }
 
 /// Changes to runs, announced inside this process: every commit (for event
-/// streams) and every run that settled — reached a terminal state, or whose driver
-/// here stopped (for waiting requests). Two channels, so that a commit wakes only
-/// the streams that follow runs, not every waiting request.
+/// streams, which follow runs through a broadcast) and every run that settled —
+/// reached a terminal state, or whose driver here stopped — for the requests
+/// waiting on that run alone (one registry entry per waiter, so a settlement wakes
+/// its own waiters, not every waiting request).
 #[derive(Debug, Clone)]
 pub struct RunSignals {
     commits: tokio::sync::broadcast::Sender<std::sync::Arc<str>>,
-    settled: tokio::sync::broadcast::Sender<std::sync::Arc<str>>,
+    waiters: std::sync::Arc<std::sync::Mutex<Waiters>>,
 }
+
+type Waiters = std::collections::HashMap<String, Vec<std::sync::Arc<tokio::sync::Notify>>>;
 
 impl Default for RunSignals {
     fn default() -> Self {
-        // Room for many runs' changes: a receiver that falls behind re-reads.
+        // Room for many runs' commits: a stream that falls behind re-reads.
         Self {
             commits: tokio::sync::broadcast::channel(1024).0,
-            settled: tokio::sync::broadcast::channel(1024).0,
+            waiters: Default::default(),
+        }
+    }
+}
+
+/// A registration for one run's settlement; dropping it deregisters.
+pub struct Settlement {
+    run_id: String,
+    notify: std::sync::Arc<tokio::sync::Notify>,
+    waiters: std::sync::Arc<std::sync::Mutex<Waiters>>,
+}
+
+impl Settlement {
+    /// Resolves at the run's next settlement (or at once if one came since the
+    /// registration or the last call).
+    pub async fn settled(&self) {
+        self.notify.notified().await;
+    }
+}
+
+impl Drop for Settlement {
+    fn drop(&mut self) {
+        let mut waiters = self.waiters.lock().expect("waiters lock");
+        if let Some(list) = waiters.get_mut(&self.run_id) {
+            list.retain(|n| !std::sync::Arc::ptr_eq(n, &self.notify));
+            if list.is_empty() {
+                waiters.remove(&self.run_id);
+            }
         }
     }
 }
@@ -79,25 +109,43 @@ impl Default for RunSignals {
 impl RunSignals {
     /// A commit of `run_id`; `terminal` when it ended the run.
     pub fn committed(&self, run_id: &str, terminal: bool) {
-        // No receiver is not an error: nobody follows the run.
-        let id: std::sync::Arc<str> = run_id.into();
         if terminal {
-            let _ = self.settled.send(id.clone());
+            self.settled(run_id);
         }
-        let _ = self.commits.send(id);
+        // No receiver is not an error: nobody follows the run.
+        if self.commits.receiver_count() > 0 {
+            let _ = self.commits.send(run_id.into());
+        }
     }
 
-    /// The driver of `run_id` in this process stopped (whatever the outcome).
+    /// `run_id` settled: its driver here stopped, or it reached its end.
     pub fn settled(&self, run_id: &str) {
-        self.committed(run_id, true);
+        let waiters = self.waiters.lock().expect("waiters lock");
+        for n in waiters.get(run_id).into_iter().flatten() {
+            // A permit is kept if the waiter is not polling right now.
+            n.notify_one();
+        }
+    }
+
+    /// Registers for `run_id`'s settlements. Register before reading the run, so
+    /// that no settlement falls between the read and the wait.
+    pub fn watch(&self, run_id: &str) -> Settlement {
+        let notify = std::sync::Arc::new(tokio::sync::Notify::new());
+        self.waiters
+            .lock()
+            .expect("waiters lock")
+            .entry(run_id.to_string())
+            .or_default()
+            .push(notify.clone());
+        Settlement {
+            run_id: run_id.to_string(),
+            notify,
+            waiters: self.waiters.clone(),
+        }
     }
 
     pub fn commits(&self) -> tokio::sync::broadcast::Receiver<std::sync::Arc<str>> {
         self.commits.subscribe()
-    }
-
-    pub fn settlements(&self) -> tokio::sync::broadcast::Receiver<std::sync::Arc<str>> {
-        self.settled.subscribe()
     }
 }
 

@@ -16,6 +16,20 @@ use caseops_service::store::{Db, redact};
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use serde_json::{Value, json};
 
+/// `println!` that ends the process quietly when standard output is closed
+/// (`caseops demo | head`) instead of panicking.
+macro_rules! out {
+    () => { out!("") };
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        if let Err(e) = writeln!(std::io::stdout(), $($arg)*) {
+            if e.kind() == std::io::ErrorKind::BrokenPipe {
+                std::process::exit(0);
+            }
+        }
+    }};
+}
+
 // A run allocates many small short-lived values (JSON, SQL rows, HTTP headers);
 // under load glibc's malloc took about a fifth of the server's CPU (perf).
 #[global_allocator]
@@ -208,6 +222,24 @@ fn planner(args: PlannerArgs) -> Result<AnyPlanner, String> {
 
 #[derive(Subcommand)]
 enum RunsCommand {
+    /// List a tenant's runs, newest first.
+    List {
+        /// The tenant whose runs to list.
+        #[arg(long, env = "CASEOPS_TENANT", default_value = "tenant-demo")]
+        tenant: String,
+        /// Only runs in this status (`running`, `completed`, `needs_human`,
+        /// `stopped`, `failed`).
+        #[arg(long)]
+        status: Option<String>,
+        /// At most this many runs.
+        #[arg(long, default_value_t = 20)]
+        limit: i64,
+        /// One JSON object per line instead of a table.
+        #[arg(long)]
+        json: bool,
+        #[command(flatten)]
+        db: DbArgs,
+    },
     /// Print a run with its ledger and checkpoints as JSON.
     Show {
         run_id: String,
@@ -284,17 +316,27 @@ async fn main() -> ExitCode {
             }
             Err(e) => Err(e),
         },
-        Command::Migrate { db } => open(db).await.map(|_| println!("database is up to date")),
+        Command::Migrate { db } => open(db).await.map(|_| out!("database is up to date")),
         Command::Seed { db } => match open(db).await {
             Ok(db) => seed(&db, &reference_data())
                 .await
-                .map(|_| println!("reference data loaded"))
+                .map(|_| out!("reference data loaded"))
                 .map_err(|e| e.to_string()),
             Err(e) => Err(e),
         },
         Command::Runs {
             command: RunsCommand::Show { run_id, tenant, db },
         } => show(db, &tenant, &run_id).await,
+        Command::Runs {
+            command:
+                RunsCommand::List {
+                    tenant,
+                    status,
+                    limit,
+                    json,
+                    db,
+                },
+        } => list(db, &tenant, status.as_deref(), limit, json).await,
         Command::Audit {
             command: AuditCommand::Verify { db },
         } => verify(db).await,
@@ -329,14 +371,14 @@ async fn main() -> ExitCode {
             };
             match caseops_service::bench::run(config).await {
                 Ok(r) if json => {
-                    println!("{}", serde_json::to_string(&r).unwrap_or_default());
+                    out!("{}", serde_json::to_string(&r).unwrap_or_default());
                     Ok(())
                 }
                 Ok(r) => {
-                    println!(
+                    out!(
                         "scenario    conc  completed  errors     req/s    p50 ms    p95 ms    p99 ms    max ms"
                     );
-                    println!(
+                    out!(
                         "{:<10} {:>5} {:>10} {:>7} {:>9.1} {:>9.3} {:>9.3} {:>9.3} {:>9.3}",
                         r.scenario,
                         r.concurrency,
@@ -441,23 +483,23 @@ async fn serve(database: String, o: ServeOptions) -> Result<(), String> {
         seed(&running.db, &reference_data())
             .await
             .map_err(|e| e.to_string())?;
-        println!(
+        out!(
             "caseops: demo reference data loaded (tenant-demo, tenant-other; not in --production)"
         );
     }
     if let Some(a) = running.api_addr {
-        println!("caseops api on http://{a} (database {})", redact(&database));
+        out!("caseops api on http://{a} (database {})", redact(&database));
     }
     if let Some(m) = running.mcp_addr {
-        println!("caseops mcp on http://{m}/mcp");
+        out!("caseops mcp on http://{m}/mcp");
     }
     let signal = stop_signal().await?;
-    println!(
+    out!(
         "caseops: {signal}: shutting down (grace {} s)",
         grace.as_secs()
     );
     running.shutdown(grace).await;
-    println!("caseops: stopped");
+    out!("caseops: stopped");
     Ok(())
 }
 
@@ -512,6 +554,49 @@ async fn open_existing(db: DbArgs) -> Result<Db, String> {
     Db::open_existing(&url, 2).await.map_err(|e| e.to_string())
 }
 
+async fn list(
+    db: DbArgs,
+    tenant: &str,
+    status: Option<&str>,
+    limit: i64,
+    json: bool,
+) -> Result<(), String> {
+    let store = SqlRunStore::new(open_existing(db).await?);
+    let runs = store
+        .list(tenant, status, limit.clamp(1, 10_000))
+        .await
+        .map_err(|e| e.to_string())?;
+    if json {
+        for r in &runs {
+            out!("{}", serde_json::to_string(r).unwrap_or_default());
+        }
+        return Ok(());
+    }
+    out!(
+        "{:<44} {:<12} {:<10} {:>5}  {:<28} created (ms since epoch)",
+        "run",
+        "status",
+        "case",
+        "steps",
+        "stop reason"
+    );
+    for r in &runs {
+        out!(
+            "{:<44} {:<12} {:<10} {:>5}  {:<28} {}",
+            r.run_id,
+            r.status,
+            r.case_id,
+            r.step_count,
+            r.stop_reason.as_deref().unwrap_or("-"),
+            r.created_at
+        );
+    }
+    if runs.is_empty() {
+        out!("(no runs for tenant `{tenant}`)");
+    }
+    Ok(())
+}
+
 async fn show(db: DbArgs, tenant: &str, run_id: &str) -> Result<(), String> {
     let store = SqlRunStore::new(open_existing(db).await?);
     let run = store
@@ -531,7 +616,7 @@ async fn show(db: DbArgs, tenant: &str, run_id: &str) -> Result<(), String> {
         .iter()
         .map(|c| json!({"sequence": c.sequence, "from": c.from, "to": c.to, "reason": c.reason}))
         .collect();
-    println!(
+    out!(
         "{}",
         serde_json::to_string_pretty(
             &json!({ "run": run, "tool_executions": ledger, "checkpoints": cps })
@@ -545,9 +630,9 @@ async fn verify(db: DbArgs) -> Result<(), String> {
     let db = open_existing(db).await?;
     let v = audit::verify(&db).await.map_err(|e| e.to_string())?;
     for p in &v.problems {
-        println!("BROKEN {p}");
+        out!("BROKEN {p}");
     }
-    println!(
+    out!(
         "{} audit events in {} tenant chains; {} problems",
         v.events,
         v.tenants,
@@ -601,10 +686,10 @@ async fn demo(database: Option<String>) -> Result<(), String> {
         .await
         .map_err(|e| e.to_string())?;
     let api = format!("http://{}", running.api_addr.expect("api started"));
-    println!("CaseOps demo");
-    println!("  database  {}", redact(&database));
-    println!("  api       {api}");
-    println!("  mcp       {}", running.mcp_url);
+    out!("CaseOps demo");
+    out!("  database  {}", redact(&database));
+    out!("  api       {api}");
+    out!("  mcp       {}", running.mcp_url);
 
     let http = reqwest::Client::new();
     let ready: Value = json_body(http.get(format!("{api}/health/ready")).send()).await?;
@@ -635,21 +720,21 @@ async fn demo(database: Option<String>) -> Result<(), String> {
     let ledger: Value = json_body(get("/tool-executions".into())).await?;
     let checkpoints: Value = json_body(get("/checkpoints".into())).await?;
 
-    println!();
-    println!(
+    out!();
+    out!(
         "run {run_id}: {} in {} steps ({run_ms:.1} ms)",
         run["status"].as_str().unwrap_or("?"),
         run["step_count"]
     );
-    println!();
-    println!("  #  tool                                   status     attempts  evidence");
+    out!();
+    out!("  #  tool                                   status     attempts  evidence");
     for (i, row) in ledger["tool_executions"]
         .as_array()
         .into_iter()
         .flatten()
         .enumerate()
     {
-        println!(
+        out!(
             "  {}  {:<38} {:<10} {:>8}  {}",
             i + 1,
             row["tool_name"].as_str().unwrap_or(""),
@@ -662,23 +747,23 @@ async fn demo(database: Option<String>) -> Result<(), String> {
         .as_array()
         .map(Vec::len)
         .unwrap_or(0);
-    println!();
-    println!("checkpoints: {cps}");
-    println!("result:");
-    println!(
+    out!();
+    out!("checkpoints: {cps}");
+    out!("result:");
+    out!(
         "{}",
         serde_json::to_string_pretty(&run["result"]).unwrap_or_default()
     );
 
     let replay: Value = json_body(post().send()).await?;
-    println!();
-    println!(
+    out!();
+    out!(
         "replay with the same Idempotency-Key: run_id {} (same: {}), replayed: {}",
         replay["run_id"].as_str().unwrap_or(""),
         replay["run_id"] == run["run_id"],
         replay["replayed"]
     );
-    println!("demo finished in {:.2} s", started.elapsed().as_secs_f64());
+    out!("demo finished in {:.2} s", started.elapsed().as_secs_f64());
     running.shutdown(std::time::Duration::from_secs(5)).await;
     let _ = std::fs::remove_dir_all(&temp);
     if run["status"] != "completed" || replay["replayed"] != true {

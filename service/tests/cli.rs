@@ -114,3 +114,69 @@ fn production_serving_never_loads_the_demo_data() {
     });
     assert_eq!(cases, 0, "no demo case in a production database");
 }
+
+#[test]
+fn runs_list_shows_a_tenants_runs_and_none_of_another_tenant() {
+    let dir = std::env::temp_dir().join(db_support::unique("cli-list"));
+    std::fs::create_dir_all(&dir).unwrap();
+    let url = format!("sqlite://{}", dir.join("c.db").display());
+    let demo = caseops(&dir, &["demo", "--database", &url]);
+    assert!(
+        demo.status.success(),
+        "{}",
+        String::from_utf8_lossy(&demo.stderr)
+    );
+
+    let out = caseops(&dir, &["runs", "list", "--database", &url, "--json"]);
+    assert!(out.status.success());
+    let runs: Vec<serde_json::Value> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(runs.len(), 1, "{runs:?}");
+    assert_eq!(runs[0]["status"], "completed");
+    assert_eq!(runs[0]["case_id"], "C-102");
+
+    let table = caseops(&dir, &["runs", "list", "--database", &url]);
+    let text = String::from_utf8_lossy(&table.stdout);
+    assert!(text.contains(runs[0]["run_id"].as_str().unwrap()), "{text}");
+    let other = caseops(
+        &dir,
+        &[
+            "runs",
+            "list",
+            "--database",
+            &url,
+            "--tenant",
+            "tenant-other",
+        ],
+    );
+    let text = String::from_utf8_lossy(&other.stdout);
+    assert!(text.contains("no runs for tenant `tenant-other`"), "{text}");
+    let none = caseops(
+        &dir,
+        &["runs", "list", "--database", &url, "--status", "failed"],
+    );
+    assert!(!String::from_utf8_lossy(&none.stdout).contains("C-102"));
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn a_closed_standard_output_ends_a_command_quietly() {
+    let dir = std::env::temp_dir().join(db_support::unique("cli-pipe"));
+    std::fs::create_dir_all(&dir).unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_caseops"))
+        .arg("demo")
+        .current_dir(&dir)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // As `caseops demo | head -0` does: the reader is gone before the first line.
+    drop(child.stdout.take());
+    let out = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!err.contains("panicked"), "{err}");
+    assert!(out.status.success(), "{:?} {err}", out.status);
+    std::fs::remove_dir_all(&dir).unwrap();
+}

@@ -254,6 +254,19 @@ impl SqlRunStore {
         self
     }
 
+    /// A tenant's runs, newest first, optionally only those in `status`.
+    pub async fn list(
+        &self,
+        tenant: &str,
+        status: Option<&str>,
+        limit: i64,
+    ) -> Result<Vec<RunRecord>, DbError> {
+        let rows = self.db.fetch_all("SELECT run_id, tenant_id, case_id, actor, idempotency_key, request_hash, goal, planner_kind, model, status, state, step_count, spec, final_result, stop_reason, bundle_digest, created_at, updated_at FROM runs \
+             WHERE tenant_id = ? AND (? IS NULL OR status = ?) ORDER BY created_at DESC, run_id LIMIT ?", &params![tenant, status, status, limit])
+        .await?;
+        rows.iter().map(record).collect()
+    }
+
     /// A run of any tenant, for the workers that drive it.
     pub async fn record(&self, run_id: &str) -> Result<Option<RunRecord>, DbError> {
         let row = self.db.fetch_optional("SELECT run_id, tenant_id, case_id, actor, idempotency_key, request_hash, goal, planner_kind, model, status, state, step_count, spec, final_result, stop_reason, bundle_digest, created_at, updated_at FROM runs WHERE run_id = ?", &params![run_id])

@@ -50,8 +50,13 @@ pub struct HostConfig {
 pub enum HostError {
     #[error(transparent)]
     Db(#[from] crate::store::DbError),
-    #[error("cannot listen on `{addr}`: {message}")]
-    Listen { addr: SocketAddr, message: String },
+    #[error("cannot listen on `{addr}` ({flag}): {message}")]
+    Listen {
+        addr: SocketAddr,
+        /// The option that chose the address, so the user knows what to change.
+        flag: &'static str,
+        message: String,
+    },
     #[error("{0}")]
     Setup(String),
 }
@@ -138,24 +143,33 @@ fn nodelay(
     })
 }
 
-async fn bind(addr: SocketAddr) -> Result<tokio::net::TcpListener, HostError> {
+async fn bind(addr: SocketAddr, flag: &'static str) -> Result<tokio::net::TcpListener, HostError> {
     tokio::net::TcpListener::bind(addr)
         .await
         .map_err(|e| HostError::Listen {
             addr,
+            flag,
             message: e.to_string(),
         })
 }
 
 pub async fn start(config: HostConfig) -> Result<RunningHost, HostError> {
+    // Both addresses first: a port in use fails before any database is created.
+    let mcp_listener = match config.only {
+        Some(Only::Api) => None,
+        _ => Some(bind(config.mcp_listen, "--mcp-listen").await?),
+    };
+    let api_listener = match config.only {
+        Some(Only::Mcp) => None,
+        _ => Some(bind(config.api_listen, "--listen").await?),
+    };
     let db = Db::connect(&config.database_url, 8).await?;
     let key = config.signing_key.as_bytes().to_vec();
     let repo = SqlRepository { db: db.clone() };
 
     let mut mcp_addr = None;
     let mut mcp = None;
-    let mcp_url = if config.only != Some(Only::Api) {
-        let listener = bind(config.mcp_listen).await?;
+    let mcp_url = if let Some(listener) = mcp_listener {
         let addr = listener
             .local_addr()
             .map_err(|e| HostError::Setup(e.to_string()))?;
@@ -180,7 +194,7 @@ pub async fn start(config: HostConfig) -> Result<RunningHost, HostError> {
     let mut api_addr = None;
     let mut api = None;
     let mut workers = None;
-    if config.only != Some(Only::Mcp) {
+    if let Some(listener) = api_listener {
         let issuer = TokenIssuer::new(
             &key,
             TOKEN_ISSUER,
@@ -221,7 +235,6 @@ pub async fn start(config: HostConfig) -> Result<RunningHost, HostError> {
             // covers a takeover. Past it the request answers 202.
             default_wait: budget + std::time::Duration::from_secs(10),
         };
-        let listener = bind(config.api_listen).await?;
         api_addr = Some(
             listener
                 .local_addr()

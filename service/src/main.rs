@@ -64,11 +64,11 @@ enum Command {
     Serve {
         #[command(flatten)]
         db: DbArgs,
-        /// API address.
-        #[arg(long, env = "CASEOPS_LISTEN", default_value = "127.0.0.1:8080")]
+        /// API address: `host:port`, `localhost:port`, or a port alone (loopback).
+        #[arg(long, env = "CASEOPS_LISTEN", default_value = "127.0.0.1:8080", value_parser = listen_address)]
         listen: SocketAddr,
-        /// MCP tool server address.
-        #[arg(long, env = "CASEOPS_MCP_LISTEN", default_value = "127.0.0.1:8081")]
+        /// MCP tool server address, in the same forms as `--listen`.
+        #[arg(long, env = "CASEOPS_MCP_LISTEN", default_value = "127.0.0.1:8081", value_parser = listen_address)]
         mcp_listen: SocketAddr,
         /// Serve only one half (for separate processes).
         #[arg(long, value_enum)]
@@ -272,6 +272,24 @@ enum ScenarioArg {
 enum OnlyArg {
     Api,
     Mcp,
+}
+
+/// `8080` → `127.0.0.1:8080`; `localhost:8080` and other names are resolved (the
+/// first address wins); `0.0.0.0:8080` and `[::1]:8080` are taken as they are.
+fn listen_address(text: &str) -> Result<SocketAddr, String> {
+    use std::net::ToSocketAddrs;
+    if let Ok(port) = text.parse::<u16>() {
+        return Ok(SocketAddr::from(([127, 0, 0, 1], port)));
+    }
+    if let Ok(addr) = text.parse::<SocketAddr>() {
+        return Ok(addr);
+    }
+    match text.to_socket_addrs() {
+        Ok(mut addrs) => addrs
+            .next()
+            .ok_or_else(|| format!("`{text}` names no address")),
+        Err(e) => Err(format!("`{text}` is not `host:port` or a port ({e})")),
+    }
 }
 
 fn default_db() -> String {

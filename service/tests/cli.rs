@@ -180,3 +180,66 @@ fn a_closed_standard_output_ends_a_command_quietly() {
     assert!(out.status.success(), "{:?} {err}", out.status);
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+#[test]
+fn listen_addresses_may_be_a_port_or_a_host_name() {
+    let dir = std::env::temp_dir().join(db_support::unique("cli-listen"));
+    std::fs::create_dir_all(&dir).unwrap();
+    let url = format!("sqlite://{}", dir.join("l.db").display());
+    let mut child = Command::new(env!("CARGO_BIN_EXE_caseops"))
+        .args([
+            "serve",
+            "--listen",
+            "0",
+            "--mcp-listen",
+            "localhost:0",
+            "--database",
+            &url,
+        ])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let lines = std::io::BufRead::lines(std::io::BufReader::new(child.stdout.take().unwrap()));
+    let mut printed = Vec::new();
+    for line in lines {
+        let line = line.unwrap();
+        let done = line.starts_with("caseops mcp on");
+        printed.push(line);
+        if done {
+            break;
+        }
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    assert!(
+        printed
+            .iter()
+            .any(|l| l.starts_with("caseops api on http://127.0.0.1:")),
+        "{printed:?}"
+    );
+    assert!(
+        printed
+            .iter()
+            .any(|l| l.starts_with("caseops mcp on http://127.0.0.1:")),
+        "{printed:?}"
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn a_port_in_use_names_its_option_and_creates_no_database() {
+    let dir = std::env::temp_dir().join(db_support::unique("cli-busy"));
+    std::fs::create_dir_all(&dir).unwrap();
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = taken.local_addr().unwrap().port().to_string();
+    let out = caseops(
+        &dir,
+        &["serve", "--listen", &port, "--mcp-listen", "127.0.0.1:0"],
+    );
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("(--listen)") && err.contains(&port), "{err}");
+    let left: Vec<_> = std::fs::read_dir(&dir).unwrap().collect();
+    assert!(left.is_empty(), "no database was created: {left:?}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}

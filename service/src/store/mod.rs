@@ -233,8 +233,21 @@ impl Db {
                     })
                 })
                 .connect(url)
-                .await
-                .map_err(|e| connect_error(e.to_string()))?;
+                .await;
+            let pool = match pool {
+                Ok(pool) => pool,
+                // The pool only says it timed out; one direct attempt says why
+                // (connection refused, no such database, authentication failed).
+                Err(sqlx::Error::PoolTimedOut) => {
+                    use sqlx::Connection;
+                    let cause = match sqlx::AnyConnection::connect(url).await {
+                        Err(e) => e.to_string(),
+                        Ok(_) => "the pool timed out".to_string(),
+                    };
+                    return Err(connect_error(cause));
+                }
+                Err(e) => return Err(connect_error(postgres_hint(&e.to_string()))),
+            };
             (Dialect::Postgres, Backend::Postgres(pool))
         } else if let Some(rest) = url.strip_prefix("sqlite:") {
             let path = sqlite_path(rest);
@@ -333,6 +346,25 @@ impl Db {
     }
 }
 
+/// A PostgreSQL connection error as a user can act on it: without the server's
+/// source position (`at line 948`), and with the fix for a missing database.
+fn postgres_hint(message: &str) -> String {
+    let message = match message.rfind(" at line ") {
+        Some(at) if message[at + 9..].chars().all(|c| c.is_ascii_digit()) => &message[..at],
+        _ => message,
+    };
+    match message
+        .split("database \"")
+        .nth(1)
+        .and_then(|rest| rest.split_once("\" does not exist"))
+    {
+        Some((name, _)) => format!(
+            "{message}: create it with `createdb {name}` (or `CREATE DATABASE {name}`) and start again"
+        ),
+        None => message.to_string(),
+    }
+}
+
 /// `sqlite:///abs/path.db?mode=rwc` → `/abs/path.db`; `sqlite://rel.db` → `rel.db`.
 fn sqlite_path(rest: &str) -> &str {
     let rest = rest.split('?').next().unwrap_or_default();
@@ -385,6 +417,20 @@ mod tests {
         );
         assert_eq!(redact("postgres://app@db/x"), "postgres://app@db/x");
         assert_eq!(redact("sqlite:///tmp/a.db"), "sqlite:///tmp/a.db");
+    }
+
+    #[test]
+    fn a_missing_postgres_database_names_the_command_that_creates_it() {
+        assert_eq!(
+            postgres_hint(
+                "error returned from database: database \"x\" does not exist at line 948"
+            ),
+            "error returned from database: database \"x\" does not exist: create it with `createdb x` (or `CREATE DATABASE x`) and start again"
+        );
+        assert_eq!(
+            postgres_hint("password authentication failed"),
+            "password authentication failed"
+        );
     }
 
     #[test]

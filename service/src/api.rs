@@ -313,6 +313,17 @@ async fn start_run(
     if state.workers.is_stopping() {
         return shutting_down();
     }
+    // A run started now could only fail at its first tool call.
+    if !state.workers.mcp_ready() {
+        let mut r = problem(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "Service Unavailable",
+            "the MCP tool server is not ready (see /health/ready); retry with the same Idempotency-Key",
+        );
+        r.headers_mut()
+            .insert(header::RETRY_AFTER, HeaderValue::from_static("2"));
+        return r;
+    }
     let request_id = headers
         .get("x-request-id")
         .and_then(|v| v.to_str().ok())
@@ -527,17 +538,12 @@ async fn ready(State(state): State<Arc<AppState>>) -> Response {
     let timed_out = |what: &str| format!("{what} did not answer within 900 ms");
     let (db, mcp) = tokio::join!(
         tokio::time::timeout(WITHIN, state.runs.db.probe_write()),
-        tokio::time::timeout(WITHIN, state.workers.driver().executor.check_listing()),
+        state.workers.check_mcp(),
     );
     let db = match db {
         Ok(Ok(())) => Ok(()),
         Ok(Err(e)) => Err(e.to_string()),
         Err(_) => Err(timed_out("the database")),
-    };
-    let mcp = match mcp {
-        Ok(Ok(())) => Ok(()),
-        Ok(Err(e)) => Err(e.to_string()),
-        Err(_) => Err(timed_out("the mcp server")),
     };
     let stopping = state.workers.is_stopping();
     if db.is_ok() && mcp.is_ok() && !stopping {

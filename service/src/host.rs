@@ -223,6 +223,11 @@ pub async fn start(config: HostConfig) -> Result<RunningHost, HostError> {
             signals,
             WorkerConfig::for_lease(config.workers, config.lease_ms),
         );
+        // Known before the first request: an unreachable tool server refuses runs
+        // from the start instead of failing them at their first call.
+        if let Err(e) = pool.check_mcp().await {
+            eprintln!("caseops: the mcp server at `{mcp_url}` is not ready: {e}");
+        }
         let state = AppState {
             runs,
             repo,

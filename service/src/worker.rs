@@ -89,7 +89,15 @@ pub struct Workers {
     local: std::sync::Mutex<HashMap<String, Option<AbortHandle>>>,
     signals: RunSignals,
     claim_every: Duration,
+    /// Whether the MCP tool server answered its last check with the compiled
+    /// listing: run requests are refused while it does not.
+    mcp_ready: AtomicBool,
 }
+
+/// How often the MCP tool server is checked in the background.
+const MCP_CHECK_EVERY: Duration = Duration::from_secs(2);
+/// How long one check of the MCP tool server may take.
+const MCP_CHECK_WITHIN: Duration = Duration::from_millis(900);
 
 impl Workers {
     /// Creates the pool and starts its claim loop (owned by the pool's tracker).
@@ -109,10 +117,43 @@ impl Workers {
             local: Default::default(),
             signals,
             claim_every: config.claim_every,
+            mcp_ready: AtomicBool::new(true),
         });
         let looping = workers.clone();
         workers.tracker.spawn(looping.claim_loop());
+        let checking = workers.clone();
+        workers.tracker.spawn(checking.mcp_loop());
         workers
+    }
+
+    /// Checks the MCP tool server now (its listing must be the compiled one,
+    /// within 900 ms) and remembers the answer for [`Workers::mcp_ready`].
+    pub async fn check_mcp(&self) -> Result<(), String> {
+        let checked =
+            tokio::time::timeout(MCP_CHECK_WITHIN, self.driver.executor.check_listing()).await;
+        let result = match checked {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(e)) => Err(e.to_string()),
+            Err(_) => Err("the mcp server did not answer within 900 ms".to_string()),
+        };
+        self.mcp_ready
+            .store(result.is_ok(), std::sync::atomic::Ordering::Release);
+        result
+    }
+
+    /// The MCP tool server's state at its last check.
+    pub fn mcp_ready(&self) -> bool {
+        self.mcp_ready.load(std::sync::atomic::Ordering::Acquire)
+    }
+
+    async fn mcp_loop(self: Arc<Self>) {
+        loop {
+            tokio::select! {
+                () = self.stopping.cancelled() => return,
+                () = tokio::time::sleep(MCP_CHECK_EVERY) => {}
+            }
+            let _ = self.check_mcp().await;
+        }
     }
 
     pub fn runs(&self) -> &SqlRunStore {

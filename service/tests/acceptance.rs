@@ -385,3 +385,60 @@ async fn the_events_stream_replays_checkpoints_from_last_event_id_and_ends_with_
         assert_eq!(r.status(), 404, "{backend}");
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unreachable_tool_server_refuses_runs_instead_of_failing_them() {
+    let dbs = fresh_databases("nomcp").await;
+    let url = dbs.sqlite().to_string();
+    // A port nothing listens on.
+    let free = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let mcp = format!("http://{}/mcp", free.local_addr().unwrap());
+    drop(free);
+    let mut child = Command::new(env!("CARGO_BIN_EXE_caseops"))
+        .args([
+            "serve",
+            "--only",
+            "api",
+            "--listen",
+            "127.0.0.1:0",
+            "--mcp-url",
+            &mcp,
+            "--database",
+            &url,
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let api = loop {
+        let line = lines.next().unwrap().unwrap();
+        if let Some(rest) = line.strip_prefix("caseops api on ") {
+            break rest.split_whitespace().next().unwrap().to_string();
+        }
+    };
+    let s = Serve { child, api };
+    let (status, body) = post(
+        &s.api,
+        "C-102",
+        DEMO,
+        "nomcp-key-0001",
+        json!({"goal": "Check C-102."}),
+    )
+    .await;
+    assert_eq!(status, 503, "{body}");
+    assert!(
+        body["detail"]
+            .as_str()
+            .unwrap()
+            .contains("MCP tool server is not ready"),
+        "{body}"
+    );
+    let run = get(&s.api, "/v1/agent-runs/none").await;
+    assert_eq!(run["status"], 404);
+    let db = caseops_service::store::Db::open_existing(&url, 1)
+        .await
+        .unwrap();
+    let runs = db.fetch_all("SELECT run_id FROM runs", &[]).await.unwrap();
+    assert!(runs.is_empty(), "no run was created");
+}

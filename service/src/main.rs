@@ -705,7 +705,14 @@ async fn demo(database: Option<String>) -> Result<(), String> {
         .map_err(|e| e.to_string())?;
     let api = format!("http://{}", running.api_addr.expect("api started"));
     out!("CaseOps demo");
-    out!("  database  {}", redact(&database));
+    if database.starts_with("sqlite://") && temp.exists() {
+        out!(
+            "  database  {} (temporary: removed when the demo ends)",
+            redact(&database)
+        );
+    } else {
+        out!("  database  {}", redact(&database));
+    }
     out!("  api       {api}");
     out!("  mcp       {}", running.mcp_url);
 
@@ -761,12 +768,72 @@ async fn demo(database: Option<String>) -> Result<(), String> {
             row["result"]["evidence_ref"].as_str().unwrap_or("")
         );
     }
+    out!();
+    out!(
+        "timeline (every transition is a checkpoint; * = committed before the next external call)"
+    );
+    let rows = ledger["tool_executions"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
     let cps = checkpoints["checkpoints"]
         .as_array()
-        .map(Vec::len)
-        .unwrap_or(0);
-    out!();
-    out!("checkpoints: {cps}");
+        .cloned()
+        .unwrap_or_default();
+    let mut last_call: Option<&Value> = None;
+    for c in &cps {
+        let seq = c["sequence"].as_u64().unwrap_or(0);
+        let to = c["to"].as_str().unwrap_or("?");
+        let detail = match to {
+            "tool_proposed" => {
+                last_call = rows.iter().find(|r| {
+                    r["tool_call_id"]
+                        .as_str()
+                        .is_some_and(|id| id.ends_with(&format!(":{seq}")))
+                });
+                last_call
+                    .map(|r| {
+                        format!(
+                            "{} {}",
+                            r["tool_name"].as_str().unwrap_or(""),
+                            r["arguments"]
+                        )
+                    })
+                    .unwrap_or_default()
+            }
+            "tool_authorized" => "schema-valid arguments; Cedar permits it on this case".into(),
+            "tool_running" => "* executed over MCP with a task token".into(),
+            "observing" => last_call
+                .map(|r| {
+                    format!(
+                        "evidence {}",
+                        r["result"]["evidence_ref"].as_str().unwrap_or("-")
+                    )
+                })
+                .unwrap_or_default(),
+            "completed" | "needs_human" | "stopped" | "failed" => {
+                let why = c["reason"].as_str().unwrap_or("final answer accepted");
+                format!("* {why}")
+            }
+            _ => c["reason"].as_str().unwrap_or("").to_string(),
+        };
+        let line = format!(
+            "  {seq:>2}  {:<15} -> {to:<15} {detail}",
+            c["from"].as_str().unwrap_or("?")
+        );
+        out!("{}", line.trim_end());
+    }
+    {
+        use caseops_runtime::ContractBundle;
+        let budgets = caseops_generated::Bundle::BUDGETS;
+        out!(
+            "budget: {} of {} steps, repeat limit {}, wall clock {} s",
+            run["step_count"],
+            budgets.max_steps,
+            budgets.repeat_limit,
+            budgets.max_wall_clock_seconds
+        );
+    }
     out!("result:");
     out!(
         "{}",
@@ -782,6 +849,18 @@ async fn demo(database: Option<String>) -> Result<(), String> {
         replay["replayed"]
     );
     out!("demo finished in {:.2} s", started.elapsed().as_secs_f64());
+    out!();
+    out!("next, on your own database (./caseops.db):");
+    out!("  caseops serve                 # API on 127.0.0.1:8080, MCP tools on 127.0.0.1:8081");
+    out!(
+        "  curl -X POST http://127.0.0.1:8080/v1/cases/C-102/agent-runs -H 'X-API-Key: dev-key-tenant-demo' \\"
+    );
+    out!(
+        "       -H 'Idempotency-Key: my-first-run-0001' -H 'Content-Type: application/json' -d '{{\"goal\": \"Check C-102.\"}}'"
+    );
+    out!(
+        "  caseops runs list             # then: caseops runs show <run_id>, caseops audit verify"
+    );
     running.shutdown(std::time::Duration::from_secs(5)).await;
     let _ = std::fs::remove_dir_all(&temp);
     if run["status"] != "completed" || replay["replayed"] != true {

@@ -266,6 +266,23 @@ fn the_demo_runs_end_to_end_and_exits_zero() {
     );
     assert!(text.contains("completed in 4 steps"), "{text}");
     assert!(text.contains("replayed: true"), "{text}");
+    // A timeline a reader can follow: each call, its authorization, its evidence,
+    // the budget used, and what to do next.
+    assert!(
+        text.contains("planning        -> tool_proposed   caseops_get_case_snapshot"),
+        "{text}"
+    );
+    assert!(text.contains("Cedar permits it on this case"), "{text}");
+    assert!(
+        text.contains("evidence evidence://C-102/DOC-C102-003@1"),
+        "{text}"
+    );
+    assert!(text.contains("budget: 4 of 8 steps"), "{text}");
+    assert!(
+        text.contains("(temporary: removed when the demo ends)"),
+        "{text}"
+    );
+    assert!(text.contains("caseops runs list"), "{text}");
 }
 
 async fn post_with(api: &str, idem: &str, prefer: &str) -> reqwest::Response {

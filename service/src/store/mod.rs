@@ -285,6 +285,17 @@ impl Db {
             }
             Backend::Sqlite(s) => {
                 let mut conn = s.writer().await;
+                let found: i64 = conn
+                    .pragma_query_value(None, "user_version", |r| r.get(0))
+                    .map_err(|e| fail(&e))?;
+                // A file from a newer caseops: its schema is not ours to use or to
+                // "migrate" backwards.
+                if found > SQLITE.len() as i64 {
+                    return Err(DbError::Migrate(format!(
+                        "the database has schema version {found}, newer than this caseops ({}): upgrade caseops",
+                        SQLITE.len()
+                    )));
+                }
                 migrate_sqlite(&mut conn).map_err(|e| fail(&e))
             }
         }
@@ -460,6 +471,25 @@ mod tests {
             .await
             .unwrap();
         assert!(kept.is_some(), "the second open kept the first one's rows");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[tokio::test]
+    async fn a_sqlite_file_from_a_newer_caseops_is_refused() {
+        let dir = std::env::temp_dir().join(format!("caseops-newer-{}", uuid::Uuid::new_v4()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("n.db");
+        let conn = rusqlite::Connection::open(&file).unwrap();
+        conn.pragma_update(None, "user_version", 99).unwrap();
+        drop(conn);
+        let err = Db::connect(&format!("sqlite://{}", file.display()), 1)
+            .await
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("schema version 99, newer than this caseops"),
+            "{err}"
+        );
         std::fs::remove_dir_all(&dir).unwrap();
     }
 

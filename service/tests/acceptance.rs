@@ -459,3 +459,55 @@ async fn an_unreachable_tool_server_refuses_runs_instead_of_failing_them() {
     let runs = db.fetch_all("SELECT run_id FROM runs", &[]).await.unwrap();
     assert!(runs.is_empty(), "no run was created");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_signing_key_that_differs_from_the_tool_servers_is_named_by_readiness() {
+    let dbs = fresh_databases("keys").await;
+    let url = dbs.sqlite().to_string();
+    let start = |args: &[&str], key: &str, prefix: &str| {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_caseops"))
+            .args(["serve", "--database", &url])
+            .args(args)
+            .env("CASEOPS_SIGNING_KEY", key)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+        let addr = loop {
+            let line = lines.next().unwrap().unwrap();
+            if let Some(rest) = line.strip_prefix(prefix) {
+                break rest.split_whitespace().next().unwrap().to_string();
+            }
+        };
+        std::thread::spawn(move || for _ in lines {});
+        Serve { child, api: addr }
+    };
+    let mcp = start(
+        &["--only", "mcp", "--mcp-listen", "127.0.0.1:0"],
+        "the-tool-servers-signing-key-0123456789",
+        "caseops mcp on ",
+    );
+    let api = start(
+        &[
+            "--only",
+            "api",
+            "--listen",
+            "127.0.0.1:0",
+            "--mcp-url",
+            &mcp.api,
+        ],
+        "another-signing-key-entirely-0123456789",
+        "caseops api on ",
+    );
+    let r = reqwest::get(format!("{}/health/ready", api.api))
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 503);
+    let body: Value = r.json().await.unwrap();
+    let why = body["mcp"].as_str().unwrap();
+    assert!(
+        why.contains("refused the task token") && why.contains("CASEOPS_SIGNING_KEY"),
+        "{body}"
+    );
+}

@@ -19,6 +19,12 @@ use super::token::TokenIssuer;
 pub enum ReadinessError {
     #[error("mcp server unreachable: {0}")]
     Unreachable(String),
+    /// It answered, but not to our token: the usual causes are a different
+    /// signing key, or a URL that is not the server's own (the token audience).
+    #[error(
+        "the mcp server at `{url}` refused the task token: give the api and the mcp server the same CASEOPS_SIGNING_KEY, and make --mcp-url the server's own URL"
+    )]
+    Refused { url: String },
     #[error("tool `{tool}` differs from the compiled listing: {difference}")]
     Mismatch { tool: String, difference: String },
 }
@@ -245,10 +251,14 @@ impl<B: ContractBundle> McpClient<B> {
         let token = self
             .readiness_token()
             .map_err(|e| ReadinessError::Unreachable(e.to_string()))?;
-        let served = self
-            .list_tools(&token)
-            .await
-            .map_err(|e| ReadinessError::Unreachable(e.to_string()))?;
+        let served = self.list_tools(&token).await.map_err(|e| match e {
+            ExecError::Authorization { code, .. } if code == "TOKEN_REJECTED" => {
+                ReadinessError::Refused {
+                    url: self.url.clone(),
+                }
+            }
+            e => ReadinessError::Unreachable(e.to_string()),
+        })?;
         let compiled: Value = serde_json::from_str(B::MCP_TOOLS).unwrap_or(Value::Null);
         let compiled = compiled["tools"].as_array().cloned().unwrap_or_default();
         compare_listings(&compiled, &served)

@@ -296,7 +296,8 @@ impl Db {
                         SQLITE.len()
                     )));
                 }
-                migrate_sqlite(&mut conn).map_err(|e| fail(&e))
+                migrate_sqlite(&mut conn).map_err(|e| fail(&e))?;
+                check_sqlite_tables(&conn)
             }
         }
     }
@@ -409,6 +410,44 @@ fn migrate_sqlite(conn: &mut rusqlite::Connection) -> Result<(), rusqlite::Error
     Ok(())
 }
 
+/// The tables the migrations create: a file whose `user_version` claims them but
+/// lacks one (copied, hand-edited) is refused now rather than failing later with
+/// `no such table`.
+const SQLITE_TABLES: &[&str] = &[
+    "runs",
+    "checkpoints",
+    "tool_executions",
+    "audit_events",
+    "outbox_events",
+    "claim_policies",
+    "cases",
+    "source_documents",
+    "alias_rules",
+    "health_probe",
+];
+
+fn check_sqlite_tables(conn: &rusqlite::Connection) -> Result<(), DbError> {
+    let mut missing = Vec::new();
+    for table in SQLITE_TABLES {
+        let found: i64 = conn.query_row(
+            "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = ?1",
+            [table],
+            |r| r.get(0),
+        )?;
+        if found == 0 {
+            missing.push(format!("`{table}`"));
+        }
+    }
+    if missing.is_empty() {
+        return Ok(());
+    }
+    let version: i64 = conn.pragma_query_value(None, "user_version", |r| r.get(0))?;
+    Err(DbError::Migrate(format!(
+        "the database claims schema version {version} but has no table {}: it was altered; restore it or start from a new file",
+        missing.join(", ")
+    )))
+}
+
 pub fn now_ms() -> i64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -471,6 +510,23 @@ mod tests {
             .await
             .unwrap();
         assert!(kept.is_some(), "the second open kept the first one's rows");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[tokio::test]
+    async fn a_sqlite_file_that_claims_tables_it_lacks_is_refused_at_once() {
+        let dir = std::env::temp_dir().join(format!("caseops-lying-{}", uuid::Uuid::new_v4()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("l.db");
+        let conn = rusqlite::Connection::open(&file).unwrap();
+        conn.pragma_update(None, "user_version", SQLITE.len() as i64)
+            .unwrap();
+        drop(conn);
+        let err = Db::connect(&format!("sqlite://{}", file.display()), 1)
+            .await
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("has no table `runs`"), "{err}");
         std::fs::remove_dir_all(&dir).unwrap();
     }
 

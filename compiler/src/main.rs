@@ -23,9 +23,10 @@ struct Cli {
 enum Command {
     /// Check every contract and report all problems at once.
     Check {
-        /// Project root holding `contracts/` and `policies/`.
-        #[arg(long, env = "CASEOPS_ROOT", default_value = ".")]
-        root: PathBuf,
+        /// Project root holding `contracts/` and `policies/` (default: the nearest
+        /// folder, from here upwards, that has `contracts/agent.yaml`).
+        #[arg(long, env = "CASEOPS_ROOT")]
+        root: Option<PathBuf>,
         /// Output format.
         #[arg(long, value_enum, default_value_t = Format::Human)]
         format: Format,
@@ -38,9 +39,10 @@ enum Command {
     /// Refuses to write anything when `check` finds an error. The output is the same
     /// byte for byte on every run.
     Build {
-        /// Project root holding `contracts/` and `policies/`.
-        #[arg(long, env = "CASEOPS_ROOT", default_value = ".")]
-        root: PathBuf,
+        /// Project root holding `contracts/` and `policies/` (default: the nearest
+        /// folder, from here upwards, that has `contracts/agent.yaml`).
+        #[arg(long, env = "CASEOPS_ROOT")]
+        root: Option<PathBuf>,
         /// Output directory (default `<root>/generated`).
         #[arg(long)]
         out_dir: Option<PathBuf>,
@@ -56,9 +58,10 @@ enum Command {
     /// Prints a pass/fail line per scenario and warns about policies no scenario
     /// exercised; exits 1 when any scenario fails or the project has errors.
     Test {
-        /// Project root holding `contracts/` and `policies/`.
-        #[arg(long, env = "CASEOPS_ROOT", default_value = ".")]
-        root: PathBuf,
+        /// Project root holding `contracts/` and `policies/` (default: the nearest
+        /// folder, from here upwards, that has `contracts/agent.yaml`).
+        #[arg(long, env = "CASEOPS_ROOT")]
+        root: Option<PathBuf>,
     },
     /// Print the long explanation of a diagnostic code, e.g. `E0107`.
     Explain {
@@ -77,6 +80,20 @@ enum Format {
     Sarif,
 }
 
+/// The project root: `--root` as given, else the nearest folder from the current
+/// one upwards holding `contracts/agent.yaml` (as cargo finds `Cargo.toml`), else
+/// the current folder (whose diagnostics then say what is missing).
+fn project_root(given: Option<PathBuf>) -> PathBuf {
+    if let Some(root) = given {
+        return root;
+    }
+    let here = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("."));
+    here.ancestors()
+        .find(|dir| dir.join("contracts/agent.yaml").is_file())
+        .map(std::path::Path::to_path_buf)
+        .unwrap_or_else(|| PathBuf::from("."))
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
@@ -85,6 +102,7 @@ fn main() -> ExitCode {
             format,
             deny_warnings,
         } => {
+            let root = project_root(root);
             let mut checked = match check_root(&root) {
                 Ok(c) => c,
                 Err(e) => {
@@ -112,13 +130,14 @@ fn main() -> ExitCode {
                 ExitCode::SUCCESS
             }
         }
-        Command::Test { root } => test(&root),
+        Command::Test { root } => test(&project_root(root)),
         Command::Build {
             root,
             out_dir,
             crate_name,
             runtime_path,
         } => {
+            let root = project_root(root);
             let mut builder = Builder::new()
                 .root(&root)
                 .crate_name(crate_name)

@@ -87,7 +87,7 @@ fn missing_file(path: &str, what: &str) -> Diagnostic {
         format!("`{path}` is missing: every project needs {what}"),
     )
     .help(format!(
-        "create `{path}`; `caseops-compile explain E0009` shows a minimal project"
+        "run from the project's folder or one below it, or pass `--root` (`CASEOPS_ROOT`); to start a project, create `{path}` (`caseops-compile explain E0009` shows a minimal one)"
     ))
 }
 

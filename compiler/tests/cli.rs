@@ -214,3 +214,38 @@ fn snapshot(root: &Path) -> Vec<(PathBuf, Vec<u8>)> {
     out.sort();
     out
 }
+
+#[test]
+fn check_from_a_subfolder_finds_the_project_above_it() {
+    let root = project_copy("subfolder");
+    let out = bin()
+        .arg("check")
+        .env_remove("CASEOPS_ROOT")
+        .current_dir(root.join("contracts/tools"))
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    assert!(String::from_utf8_lossy(&out.stdout).contains("no problems found"));
+}
+
+#[test]
+fn check_outside_any_project_says_how_to_point_at_one() {
+    let outside = TempProject::new("outside");
+    let out = bin()
+        .arg("check")
+        .env_remove("CASEOPS_ROOT")
+        .current_dir(&*outside)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("error[E0009]") && text.contains("pass `--root`"),
+        "{text}"
+    );
+}

@@ -449,22 +449,43 @@ pub fn drift_diagnostics(checked: &mut Checked, builder: &Builder) -> Vec<Diagno
         .strip_prefix(&builder.root)
         .map(|p| p.to_string_lossy().replace('\\', "/"))
         .unwrap_or_else(|_| dir.to_string_lossy().into_owned());
-    drift(&dir, &generated)
-        .into_iter()
+    let drifted = drift(&dir, &generated);
+    let Some(first) = drifted.first() else {
+        return Vec::new();
+    };
+    // One error for the whole directory: one cause, one fix, however many files.
+    let files: Vec<String> = drifted
+        .iter()
         .map(|d| {
-            let (path, what) = match &d {
+            let (path, what) = match d {
                 Drift::Missing(p) => (p, "is missing"),
-                Drift::Differs(p) => (p, "differs from what `caseops-compile build` writes"),
-                Drift::Extra(p) => (p, "is not written by `caseops-compile build`"),
+                Drift::Differs(p) => (p, "differs"),
+                Drift::Extra(p) => (p, "is not written by the compiler"),
             };
-            let shown = format!("{out_rel}/{path}");
-            let bytes = std::fs::read(dir.join(path)).unwrap_or_default();
-            let id = checked.sources.add(shown.clone(), bytes);
-            Diagnostic::unlocated(Code::GeneratedDrift, Some(id), format!("`{shown}` {what}")).help(
-                "run `caseops-compile build` and commit the contracts and `generated/` together",
-            )
+            format!("`{out_rel}/{path}` {what}")
         })
-        .collect()
+        .collect();
+    let first_path = match first {
+        Drift::Missing(p) | Drift::Differs(p) | Drift::Extra(p) => p,
+    };
+    let shown = format!("{out_rel}/{first_path}");
+    let bytes = std::fs::read(dir.join(first_path)).unwrap_or_default();
+    let id = checked.sources.add(shown, bytes);
+    let count = match files.len() {
+        1 => "1 file".to_string(),
+        n => format!("{n} files"),
+    };
+    vec![
+        Diagnostic::unlocated(
+            Code::GeneratedDrift,
+            Some(id),
+            format!(
+                "`{out_rel}/` is not what `caseops-compile build` writes ({count}): {}",
+                files.join(", ")
+            ),
+        )
+        .help("run `caseops-compile build` and commit the contracts and `generated/` together"),
+    ]
 }
 
 /// Shorthand used by tests: the JSON value of a generated file.

@@ -260,7 +260,7 @@ fn the_manifest_hashes_every_source_and_output_and_the_crate_carries_the_digest(
             && sources.contains_key("policies/caseops.cedar")
     );
     assert!(
-        !sources.contains_key("policies/tests/slice1.yaml"),
+        !sources.contains_key("policies/tests/read_only_tools.yaml"),
         "scenarios do not govern calls"
     );
     assert_eq!(caseops_generated_digest(), g.digest);

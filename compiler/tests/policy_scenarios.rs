@@ -209,7 +209,7 @@ fn test_command_passes_on_the_repository_with_a_line_per_scenario() {
     let text = String::from_utf8_lossy(&out.stdout);
     assert_eq!(out.status.code(), Some(0), "{text}");
     assert!(text.contains(
-        "ok    policies/tests/slice1.yaml: a valid but foreign case of the same tenant is denied"
+        "ok    policies/tests/read_only_tools.yaml: a valid but foreign case of the same tenant is denied"
     ));
     assert!(text.trim_end().ends_with(" passed, 0 failed"), "{text}");
 }
@@ -217,7 +217,7 @@ fn test_command_passes_on_the_repository_with_a_line_per_scenario() {
 #[test]
 fn test_command_fails_on_a_wrong_expectation_and_names_both_outcomes() {
     let root = copy_project("fail");
-    let path = root.join("policies/tests/slice1.yaml");
+    let path = root.join("policies/tests/read_only_tools.yaml");
     let text = std::fs::read_to_string(&path).unwrap();
     std::fs::write(
         &path,
@@ -231,14 +231,14 @@ fn test_command_fails_on_a_wrong_expectation_and_names_both_outcomes() {
     let out = bin().arg("test").arg("--root").arg(&root).output().unwrap();
     let text = String::from_utf8_lossy(&out.stdout);
     assert_eq!(out.status.code(), Some(1), "{text}");
-    assert!(text.contains("FAIL  policies/tests/slice1.yaml: a valid but foreign case of the same tenant is denied: expected allow, got deny (TOOL_RESOURCE_MISMATCH)"), "{text}");
+    assert!(text.contains("FAIL  policies/tests/read_only_tools.yaml: a valid but foreign case of the same tenant is denied: expected allow, got deny (TOOL_RESOURCE_MISMATCH)"), "{text}");
     assert!(text.contains(", 1 failed"));
 }
 
 #[test]
 fn test_command_warns_about_a_policy_no_scenario_exercises() {
     let root = copy_project("unexercised");
-    let path = root.join("policies/tests/slice1.yaml");
+    let path = root.join("policies/tests/read_only_tools.yaml");
     let text = std::fs::read_to_string(&path).unwrap();
     let cut = text.find("  - name: a call classed as a write").unwrap();
     std::fs::write(&path, &text[..cut]).unwrap();

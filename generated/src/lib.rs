@@ -13,7 +13,7 @@ pub use state::RunState;
 pub use tools::{Dispatcher, TOOLS, ToolHandlers, ToolId, dispatch};
 
 /// SHA-256 over the contract and policy sources of this bundle.
-pub const BUNDLE_DIGEST: &str = "dda762a5b177e02a40a0dce216557fa006b35fb54548c784c3434a7388f9d2b3";
+pub const BUNDLE_DIGEST: &str = "315460ba055592a34d1c809c1cfbbbbd2c6ab440456777bf5936ab1c09db560f";
 
 /// The MCP `tools/list` result.
 pub const MCP_TOOLS: &str = include_str!("../mcp/tools.json");

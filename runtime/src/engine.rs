@@ -271,7 +271,9 @@ impl<B: ContractBundle> Engine<B> {
             .await
     }
 
-    /// Resumes a run from its last committed checkpoint (DESIGN §4 recovery).
+    /// Resumes a run from its last committed checkpoint: a pending read is discarded
+    /// and planned again, a write is reconciled with its `confirm_with` tool, anything
+    /// else goes to a human.
     pub async fn resume<P: Planner, E: Executor, St: RunStore>(
         &self,
         run_id: &str,

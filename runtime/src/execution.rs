@@ -22,7 +22,9 @@ pub struct ToolCall {
     pub timeout: Duration,
 }
 
-/// Error classes and their default strategies (DESIGN §4).
+/// Error classes and their default strategies: contract, authorization and business
+/// errors are not retried, transient ones are retried with backoff on safe tools,
+/// protocol errors fail the call, an unknown effect is reconciled.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ExecError {
     /// The call broke its contract (bad arguments at the server, bad result): no retry.

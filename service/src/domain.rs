@@ -1,4 +1,4 @@
-//! The CaseOps reference data (DESIGN §6): tenants, a claim policy, case C-102, its
+//! The CaseOps reference data: tenants, a claim policy, case C-102, its
 //! source document and the alias rule that normalizes its label.
 
 use serde::{Deserialize, Serialize};

@@ -1,4 +1,4 @@
-//! The C-102 acceptance run (DESIGN §6) against `caseops serve` started as a real
+//! The C-102 acceptance run (its figures are in `docs/performance.md` and the README) against `caseops serve` started as a real
 //! process on real ports, on SQLite and (when available, always in CI) PostgreSQL.
 
 mod db_support;

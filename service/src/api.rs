@@ -218,9 +218,18 @@ enum Admitted {
 /// Records the run (or finds it by its key) and hands an unfinished one to a
 /// worker. It runs in a task of its own, so a client that disconnects meanwhile
 /// cannot leave it half done.
-async fn admit(state: Arc<AppState>, new: NewRun) -> Result<Admitted, crate::store::DbError> {
+async fn admit(
+    state: Arc<AppState>,
+    new: NewRun,
+    known: Option<RunRecord>,
+) -> Result<Admitted, crate::store::DbError> {
     let runs = &state.runs;
-    match runs.allocate(&new).await? {
+    let allocation = match known {
+        // The handler has just read the key: an unfinished run, or none yet.
+        Some(r) => Allocation::Existing(r),
+        None => runs.create(&new).await?,
+    };
+    match allocation {
         Allocation::Conflict(_) => Ok(Admitted::Conflict),
         Allocation::Existing(r) if SqlRunStore::outcome_of(&r).is_some() => {
             Ok(Admitted::Finished(r))
@@ -378,10 +387,12 @@ async fn start_run(
     }
     // Registered before the run is created or read again, so that its settlement
     // cannot fall between the two.
-    let expected = known.map_or_else(|| new.spec.run_id.clone(), |r| r.run_id);
+    let expected = known
+        .as_ref()
+        .map_or_else(|| new.spec.run_id.clone(), |r| r.run_id.clone());
     let signals = state.workers.signals();
     let mut settlement = signals.watch(&expected);
-    let admitted = match tokio::spawn(admit(state.clone(), new)).await {
+    let admitted = match tokio::spawn(admit(state.clone(), new, known)).await {
         Ok(Ok(a)) => a,
         Ok(Err(e)) => return unavailable(e),
         Err(e) => return internal(e),

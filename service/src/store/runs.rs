@@ -400,6 +400,13 @@ impl SqlRunStore {
         {
             return Ok(Self::classify(existing, new));
         }
+        self.create(new).await
+    }
+
+    /// [`SqlRunStore::allocate`] for a caller that has just found no run with the
+    /// key: inserts without reading first (a concurrent insert still wins through
+    /// the unique constraint and is returned as it is).
+    pub async fn create(&self, new: &NewRun) -> Result<Allocation, DbError> {
         let now = now_ms();
         let spec = serde_json::to_string(&new.spec).expect("specs serialize");
         let inserted = self.db.execute("INSERT INTO runs (run_id, tenant_id, case_id, actor, idempotency_key, request_hash, request_id, goal, planner_kind, model, status, state, step_count, spec, bundle_digest, created_at, updated_at, lease_owner, lease_expires_at) \

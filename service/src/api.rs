@@ -320,18 +320,17 @@ async fn start_run(
         Err(e) => return unavailable(e),
     }
     if state.workers.is_stopping() {
-        return shutting_down();
+        return service_unavailable(
+            "this replica is shutting down; retry with the same Idempotency-Key",
+            "1",
+        );
     }
     // A run started now could only fail at its first tool call.
     if !state.workers.mcp_ready() {
-        let mut r = problem(
-            StatusCode::SERVICE_UNAVAILABLE,
-            "Service Unavailable",
+        return service_unavailable(
             "the MCP tool server is not ready (see /health/ready); retry with the same Idempotency-Key",
+            "2",
         );
-        r.headers_mut()
-            .insert(header::RETRY_AFTER, HeaderValue::from_static("2"));
-        return r;
     }
     let request_id = headers
         .get("x-request-id")
@@ -457,24 +456,21 @@ fn conflict() -> Response {
 /// The database failed this request; the run (if any) is safe and resumable.
 pub(crate) fn unavailable(e: impl std::fmt::Display) -> Response {
     eprintln!("caseops api: database error: {e}");
-    let mut r = problem(
-        StatusCode::SERVICE_UNAVAILABLE,
-        "Service Unavailable",
+    service_unavailable(
         "the database did not answer; retry with the same Idempotency-Key",
-    );
-    r.headers_mut()
-        .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
-    r
+        "1",
+    )
 }
 
-fn shutting_down() -> Response {
+/// 503 with `Retry-After` (seconds): nothing was lost, the client may retry.
+fn service_unavailable(detail: &str, retry_after: &'static str) -> Response {
     let mut r = problem(
         StatusCode::SERVICE_UNAVAILABLE,
         "Service Unavailable",
-        "this replica is shutting down; retry with the same Idempotency-Key",
+        detail,
     );
     r.headers_mut()
-        .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+        .insert(header::RETRY_AFTER, HeaderValue::from_static(retry_after));
     r
 }
 

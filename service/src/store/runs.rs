@@ -190,6 +190,13 @@ pub const DEFAULT_LEASE_MS: i64 = 5_000;
 /// [`Statement::gated`]).
 const PG_GATE: &str = "EXISTS (SELECT 1 FROM fence)";
 
+/// `SELECT <the columns [`record`] reads> FROM runs <tail>`, as a literal.
+macro_rules! select_runs {
+    ($tail:literal) => {
+        concat!("SELECT run_id, tenant_id, case_id, actor, idempotency_key, request_hash, goal, planner_kind, model, status, state, step_count, spec, final_result, stop_reason, bundle_digest, created_at, updated_at FROM runs ", $tail)
+    };
+}
+
 fn parse_json(text: Option<String>, table: &'static str) -> Result<Option<Value>, DbError> {
     text.map(|t| {
         serde_json::from_str(&t).map_err(|e| DbError::Corrupt {
@@ -261,16 +268,17 @@ impl SqlRunStore {
         status: Option<&str>,
         limit: i64,
     ) -> Result<Vec<RunRecord>, DbError> {
-        let rows = self.db.fetch_all("SELECT run_id, tenant_id, case_id, actor, idempotency_key, request_hash, goal, planner_kind, model, status, state, step_count, spec, final_result, stop_reason, bundle_digest, created_at, updated_at FROM runs \
-             WHERE tenant_id = ? AND (? IS NULL OR status = ?) ORDER BY created_at DESC, run_id LIMIT ?", &params![tenant, status, status, limit])
+        let rows = self.db.fetch_all(select_runs!("WHERE tenant_id = ? AND (? IS NULL OR status = ?) ORDER BY created_at DESC, run_id LIMIT ?"), &params![tenant, status, status, limit])
         .await?;
         rows.iter().map(record).collect()
     }
 
     /// A run of any tenant, for the workers that drive it.
     pub async fn record(&self, run_id: &str) -> Result<Option<RunRecord>, DbError> {
-        let row = self.db.fetch_optional("SELECT run_id, tenant_id, case_id, actor, idempotency_key, request_hash, goal, planner_kind, model, status, state, step_count, spec, final_result, stop_reason, bundle_digest, created_at, updated_at FROM runs WHERE run_id = ?", &params![run_id])
-        .await?;
+        let row = self
+            .db
+            .fetch_optional(select_runs!("WHERE run_id = ?"), &params![run_id])
+            .await?;
         row.as_ref().map(record).transpose()
     }
 
@@ -456,15 +464,20 @@ impl SqlRunStore {
     }
 
     pub async fn by_key(&self, tenant: &str, key: &str) -> Result<Option<RunRecord>, DbError> {
-        let sql = "SELECT run_id, tenant_id, case_id, actor, idempotency_key, request_hash, goal, planner_kind, model, status, state, step_count, spec, final_result, stop_reason, bundle_digest, created_at, updated_at FROM runs WHERE tenant_id = ? AND idempotency_key = ?";
+        let sql = select_runs!("WHERE tenant_id = ? AND idempotency_key = ?");
         let row = self.db.fetch_optional(sql, &params![tenant, key]).await?;
         row.as_ref().map(record).transpose()
     }
 
     /// A run of `tenant` (another tenant's run is as absent as a missing one).
     pub async fn get(&self, tenant: &str, run_id: &str) -> Result<Option<RunRecord>, DbError> {
-        let row = self.db.fetch_optional("SELECT run_id, tenant_id, case_id, actor, idempotency_key, request_hash, goal, planner_kind, model, status, state, step_count, spec, final_result, stop_reason, bundle_digest, created_at, updated_at FROM runs WHERE tenant_id = ? AND run_id = ?", &params![tenant, run_id])
-        .await?;
+        let row = self
+            .db
+            .fetch_optional(
+                select_runs!("WHERE tenant_id = ? AND run_id = ?"),
+                &params![tenant, run_id],
+            )
+            .await?;
         row.as_ref().map(record).transpose()
     }
 

@@ -239,13 +239,13 @@ async fn admit(
             // process died); if a live process holds it, that one drives it and
             // this request only waits.
             if runs.claim(&r.run_id).await? {
-                state.workers.hand_over(&r.run_id).await?;
+                state.workers.hand_over(&r.run_id, None).await?;
             }
             Ok(Admitted::Unfinished(r))
         }
         Allocation::New(r) => {
             state.metrics.run_started();
-            state.workers.hand_over(&r.run_id).await?;
+            state.workers.hand_over(&r.run_id, r.spec.clone()).await?;
             Ok(Admitted::New(r))
         }
     }

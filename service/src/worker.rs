@@ -18,7 +18,7 @@ use std::time::Duration;
 
 use caseops_generated::Bundle;
 use caseops_runtime::store::StoreError;
-use caseops_runtime::{Engine, Outcome, RuntimeError};
+use caseops_runtime::{Engine, Outcome, RunSpec, RuntimeError};
 use tokio::sync::Semaphore;
 use tokio::task::AbortHandle;
 use tokio_util::sync::CancellationToken;
@@ -177,11 +177,17 @@ impl Workers {
         &self.signals
     }
 
-    /// Drives a run this process holds the lease of, if a worker is free. When
-    /// none is (or the process is stopping) the lease is released so that any
-    /// replica's claim loop, this one's included, picks the run up.
-    pub async fn hand_over(self: &Arc<Self>, run_id: &str) -> Result<(), DbError> {
-        if !self.submit(run_id) {
+    /// Drives a run this process holds the lease of, if a worker is free. `fresh`
+    /// is the spec of a run this process has just created (it starts at once,
+    /// without reading anything back). When no worker is free (or the process is
+    /// stopping) the lease is released so that any replica's claim loop, this
+    /// one's included, picks the run up.
+    pub async fn hand_over(
+        self: &Arc<Self>,
+        run_id: &str,
+        fresh: Option<RunSpec>,
+    ) -> Result<(), DbError> {
+        if !self.submit(run_id, fresh) {
             self.driver.runs.release(run_id, 0).await?;
         }
         Ok(())
@@ -189,7 +195,7 @@ impl Workers {
 
     /// Starts a driver for `run_id` unless one runs here already; false when no
     /// worker is free or the process is stopping.
-    fn submit(self: &Arc<Self>, run_id: &str) -> bool {
+    fn submit(self: &Arc<Self>, run_id: &str, fresh: Option<RunSpec>) -> bool {
         if self.stopping.is_cancelled() {
             return false;
         }
@@ -204,7 +210,7 @@ impl Workers {
         let me = self.clone();
         let id = run_id.to_string();
         let handle = self.tracker.spawn(async move {
-            me.drive(&id).await;
+            me.drive(&id, fresh).await;
             me.local.lock().expect("worker table").remove(&id);
             drop(permit);
             me.signals.settled(&id);
@@ -215,41 +221,31 @@ impl Workers {
         true
     }
 
-    async fn drive(&self, run_id: &str) {
+    async fn drive(&self, run_id: &str, fresh: Option<RunSpec>) {
         let d = &*self.driver;
+        let start = |spec: RunSpec| {
+            d.engine
+                .start_interruptible(spec, &d.planner, &d.executor, &d.runs, &*self.interrupt)
+        };
         let work = async {
-            match d.runs.load_started(run_id).await {
-                Ok(true) => {
-                    d.engine
-                        .resume_interruptible(
-                            run_id,
-                            &d.planner,
-                            &d.executor,
-                            &d.runs,
-                            &*self.interrupt,
-                        )
-                        .await
-                }
+            if let Some(spec) = fresh {
+                return start(spec).await;
+            }
+            let resumed = d
+                .engine
+                .resume_interruptible(run_id, &d.planner, &d.executor, &d.runs, &*self.interrupt)
+                .await;
+            match resumed {
                 // Never committed a checkpoint: it starts from the beginning with
                 // the spec recorded when it was created.
-                Ok(false) => match d.runs.record(run_id).await {
+                Err(RuntimeError::NotFound(_)) => match d.runs.record(run_id).await {
                     Ok(Some(RunRecord {
                         spec: Some(spec), ..
-                    })) => {
-                        d.engine
-                            .start_interruptible(
-                                spec,
-                                &d.planner,
-                                &d.executor,
-                                &d.runs,
-                                &*self.interrupt,
-                            )
-                            .await
-                    }
+                    })) => start(spec).await,
                     Ok(_) => Err(RuntimeError::NotFound(run_id.to_string())),
                     Err(e) => Err(StoreError::Unavailable(e.to_string()).into()),
                 },
-                Err(e) => Err(StoreError::Unavailable(e.to_string()).into()),
+                other => other,
             }
         };
         match d.runs.while_leased(run_id, work).await {
@@ -296,7 +292,7 @@ impl Workers {
                 Ok(ids) => {
                     failing = false;
                     for id in ids {
-                        if let Err(e) = self.hand_over(&id).await {
+                        if let Err(e) = self.hand_over(&id, None).await {
                             eprintln!("caseops: handing `{id}` back failed: {e}");
                         }
                     }

@@ -713,18 +713,6 @@ impl SqlRunStore {
         Ok(())
     }
 
-    /// Whether a run has committed any checkpoint (so it can be resumed, not started).
-    pub async fn load_started(&self, run_id: &str) -> Result<bool, DbError> {
-        let first = self
-            .db
-            .fetch_optional(
-                "SELECT sequence FROM checkpoints WHERE run_id = ? LIMIT 1",
-                &params![run_id],
-            )
-            .await?;
-        Ok(first.is_some())
-    }
-
     /// The outcome of a finished run, if it finished.
     pub fn outcome_of(record: &RunRecord) -> Option<Outcome> {
         matches!(

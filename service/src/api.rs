@@ -524,7 +524,7 @@ async fn get_checkpoints(
         Ok(x) => x,
         Err(r) => return r,
     };
-    match state.runs.checkpoints(&who.tenant_id, &run_id).await {
+    match state.runs.transitions(&who.tenant_id, &run_id, 0).await {
         Ok(cps) => {
             let list: Vec<Value> = cps
                 .iter()

@@ -106,7 +106,7 @@ impl Follow {
             }
         };
         let (checkpoints, ledger) = match tokio::try_join!(
-            runs.checkpoints(&self.tenant, &self.run_id),
+            runs.transitions(&self.tenant, &self.run_id, self.after),
             runs.ledger(&self.tenant, &self.run_id)
         ) {
             Ok(x) => x,
@@ -115,8 +115,7 @@ impl Follow {
                 return Err(());
             }
         };
-        let after = self.after;
-        for c in checkpoints.iter().filter(|c| c.sequence > after) {
+        for c in &checkpoints {
             let data = json!({
                 "sequence": c.sequence, "from": c.from, "to": c.to,
                 "at_ms": c.at_ms, "reason": c.reason,

@@ -627,7 +627,7 @@ async fn show(db: DbArgs, tenant: &str, run_id: &str) -> Result<(), String> {
         .await
         .map_err(|e| e.to_string())?;
     let checkpoints = store
-        .checkpoints(tenant, run_id)
+        .transitions(tenant, run_id, 0)
         .await
         .map_err(|e| e.to_string())?;
     let cps: Vec<Value> = checkpoints

@@ -207,6 +207,18 @@ fn parse_json(text: Option<String>, table: &'static str) -> Result<Option<Value>
     .transpose()
 }
 
+fn checkpoint(r: &Row) -> Result<Checkpoint, DbError> {
+    Ok(Checkpoint {
+        run_id: r.get("run_id")?,
+        sequence: r.get::<i64>("sequence")? as u64,
+        from: r.get("from_state")?,
+        to: r.get("to_state")?,
+        at_ms: r.get::<i64>("at_ms")? as u64,
+        reason: r.get("reason")?,
+        snapshot: parse_json(r.get("snapshot")?, "checkpoints")?.unwrap_or(Value::Null),
+    })
+}
+
 fn status_of(s: &str) -> Result<CallStatus, DbError> {
     serde_json::from_value(Value::String(s.to_string())).map_err(|_| DbError::Corrupt {
         table: "tool_executions",
@@ -546,19 +558,22 @@ impl SqlRunStore {
         let rows = self.db.fetch_all("SELECT c.run_id, c.sequence, c.from_state, c.to_state, c.at_ms, c.reason, c.snapshot FROM checkpoints c JOIN runs r ON r.run_id = c.run_id \
              WHERE r.tenant_id = ? AND c.run_id = ? ORDER BY c.sequence", &params![tenant, run_id])
         .await?;
-        rows.iter()
-            .map(|r| {
-                Ok(Checkpoint {
-                    run_id: r.get("run_id")?,
-                    sequence: r.get::<i64>("sequence")? as u64,
-                    from: r.get("from_state")?,
-                    to: r.get("to_state")?,
-                    at_ms: r.get::<i64>("at_ms")? as u64,
-                    reason: r.get("reason")?,
-                    snapshot: parse_json(r.get("snapshot")?, "checkpoints")?.unwrap_or(Value::Null),
-                })
-            })
-            .collect()
+        rows.iter().map(checkpoint).collect()
+    }
+
+    /// The transitions of a run of `tenant` after sequence `after`, without their
+    /// snapshots (what readers show; a snapshot is for recovery and weighs
+    /// kilobytes).
+    pub async fn transitions(
+        &self,
+        tenant: &str,
+        run_id: &str,
+        after: u64,
+    ) -> Result<Vec<Checkpoint>, DbError> {
+        let rows = self.db.fetch_all("SELECT c.run_id, c.sequence, c.from_state, c.to_state, c.at_ms, c.reason, CAST(NULL AS TEXT) AS snapshot FROM checkpoints c JOIN runs r ON r.run_id = c.run_id \
+             WHERE r.tenant_id = ? AND c.run_id = ? AND c.sequence > ? ORDER BY c.sequence", &params![tenant, run_id, after as i64])
+        .await?;
+        rows.iter().map(checkpoint).collect()
     }
 
     /// The run record's update, fenced by the lease: it changes the row only

@@ -37,6 +37,13 @@ fn c102_script() -> Vec<serde_json::Value> {
     ]
 }
 
+/// A clock the test moves by hand: the milliseconds it holds, and the engine's view.
+fn manual_clock() -> (Arc<AtomicU64>, caseops_runtime::engine::Clock) {
+    let now = Arc::new(AtomicU64::new(1_000_000));
+    let read = now.clone();
+    (now, Arc::new(move || read.load(Ordering::SeqCst)))
+}
+
 /// Every recorded checkpoint is a legal path of the table, numbered 1, 2, 3, …
 fn assert_legal_path(store: &MemoryStore, run_id: &str) {
     let run = store.get(run_id).expect("run stored");
@@ -364,9 +371,7 @@ async fn a_tool_that_exceeds_its_timeout_is_cut_off_and_retried_within_attempts(
 
 #[tokio::test]
 async fn the_wall_clock_budget_stops_the_run() {
-    let now = Arc::new(AtomicU64::new(1_000_000));
-    let clock_now = now.clone();
-    let clock: caseops_runtime::engine::Clock = Arc::new(move || clock_now.load(Ordering::SeqCst));
+    let (now, clock) = manual_clock();
     let executor = ScriptExecutor::new(move |c: &caseops_runtime::ToolCall, _| {
         now.fetch_add(61_000, Ordering::SeqCst); // each call takes 61 s of a 60 s budget
         Ok(result_for(c.tool.name, &c.arguments))
@@ -581,9 +586,7 @@ async fn resuming_a_finished_run_returns_its_outcome_without_running_anything() 
 
 #[tokio::test]
 async fn time_a_run_lay_orphaned_is_not_charged_to_its_wall_clock_budget() {
-    let now = Arc::new(AtomicU64::new(1_000_000));
-    let clock_now = now.clone();
-    let clock: caseops_runtime::engine::Clock = Arc::new(move || clock_now.load(Ordering::SeqCst));
+    let (now, clock) = manual_clock();
     // The driver dies after its second commit (the first tool ran); the run then
     // lies orphaned for ten minutes, ten times its 60 s budget.
     let store = FailingStore::new(3);
@@ -616,9 +619,7 @@ async fn time_a_run_lay_orphaned_is_not_charged_to_its_wall_clock_budget() {
 
 #[tokio::test]
 async fn time_driven_before_a_takeover_still_counts_against_the_budget() {
-    let now = Arc::new(AtomicU64::new(1_000_000));
-    let clock_now = now.clone();
-    let clock: caseops_runtime::engine::Clock = Arc::new(move || clock_now.load(Ordering::SeqCst));
+    let (now, clock) = manual_clock();
     let tick = now.clone();
     // Every call takes 25 s of a 60 s budget. The first driver commits before its
     // second call at 25 s driven and dies after it; an hour passes. The second

@@ -114,7 +114,7 @@ impl Statement {
     }
 
     /// PostgreSQL: `fence` (an `UPDATE` without `RETURNING`) and `parts` as one
-    /// statement, `WITH fence AS (… RETURNING 1), s0 AS (…), … SELECT 1 FROM fence`:
+    /// statement, `WITH fence AS (… RETURNING 1 AS held), s0 AS (…), … SELECT held FROM fence`:
     /// it returns one row when the fence matched. Parts that must depend on it say
     /// so in their own `WHERE` (`EXISTS (SELECT 1 FROM fence)`); all of it is one
     /// atomic statement and one round trip.
@@ -126,32 +126,6 @@ impl Statement {
             params.extend(part.params);
         }
         sql.push_str(" SELECT held FROM fence");
-        Statement { sql, params }
-    }
-
-    /// PostgreSQL: the statements as one, each but the last a data-modifying CTE
-    /// (`WITH s0 AS (…), s1 AS (…) <last>`), so they cost one round trip; one
-    /// statement is atomic on its own. The row count is the last statement's.
-    pub fn merged(parts: Vec<Statement>) -> Statement {
-        let mut parts = parts;
-        let Some(last) = parts.pop() else {
-            return Statement::new("SELECT 1", Vec::new());
-        };
-        if parts.is_empty() {
-            return last;
-        }
-        let mut sql = String::from("WITH ");
-        let mut params = Vec::new();
-        for (i, part) in parts.into_iter().enumerate() {
-            if i > 0 {
-                sql.push_str(", ");
-            }
-            sql.push_str(&format!("s{i} AS ({})", part.sql));
-            params.extend(part.params);
-        }
-        sql.push(' ');
-        sql.push_str(&last.sql);
-        params.extend(last.params);
         Statement { sql, params }
     }
 }
@@ -566,23 +540,23 @@ mod tests {
     use super::*;
 
     #[test]
-    fn merged_statements_keep_their_parameters_in_placeholder_order() {
-        let merged = Statement::merged(vec![
-            Statement::new("INSERT INTO a VALUES (?)", params![1]),
-            Statement::new("INSERT INTO b VALUES (?, ?)", params![2, "x"]),
-            Statement::new("UPDATE c SET v = ? WHERE id = ?", params![3, "y"]),
-        ]);
-        assert_eq!(
-            numbered(&merged.sql),
-            "WITH s0 AS (INSERT INTO a VALUES ($1)), s1 AS (INSERT INTO b VALUES ($2, $3)) \
-             UPDATE c SET v = $4 WHERE id = $5"
+    fn a_gated_commit_keeps_its_parameters_in_placeholder_order() {
+        let gated = Statement::gated(
+            Statement::new("UPDATE runs SET v = ? WHERE id = ?", params![1, "r"]),
+            vec![
+                Statement::new(
+                    "INSERT INTO a SELECT ? WHERE EXISTS (SELECT 1 FROM fence)",
+                    params![2],
+                ),
+                Statement::new("INSERT INTO b VALUES (?, ?)", params![3, "x"]),
+            ],
         );
-        assert_eq!(merged.params, params![1, 2, "x", 3, "y"].to_vec());
-    }
-
-    #[test]
-    fn one_statement_merges_to_itself() {
-        let only = Statement::new("UPDATE c SET v = ?", params![1]);
-        assert_eq!(Statement::merged(vec![only.clone()]), only);
+        assert_eq!(
+            numbered(&gated.sql),
+            "WITH fence AS (UPDATE runs SET v = $1 WHERE id = $2 RETURNING 1 AS held), \
+             s0 AS (INSERT INTO a SELECT $3 WHERE EXISTS (SELECT 1 FROM fence)), \
+             s1 AS (INSERT INTO b VALUES ($4, $5)) SELECT held FROM fence"
+        );
+        assert_eq!(gated.params, params![1, "r", 2, 3, "x"].to_vec());
     }
 }

@@ -11,7 +11,7 @@ use caseops_runtime::context::PlannerView;
 use caseops_runtime::fingerprint::action_fingerprint;
 use caseops_runtime::machine::Machine;
 use caseops_runtime::{
-    ContractBundle, Engine, ExecError, Executor, Planner, PlannerError, Risk, RunSpec, ToolCall,
+    ContractBundle, Engine, ExecError, Executor, Planner, PlannerError, RunSpec, ToolCall,
 };
 use criterion::{Criterion, criterion_group, criterion_main};
 use serde_json::{Value, json};
@@ -32,7 +32,6 @@ fn spec(run_id: String) -> RunSpec {
         .map(String::from)
         .to_vec(),
         catalog: Bundle::CATALOG.iter().map(|s| s.to_string()).collect(),
-        allowed_risks: vec![Risk::ReadOnly],
         stage: "investigating".into(),
         goal: "check documents".into(),
         correlation_id: "c".into(),
@@ -124,8 +123,16 @@ fn bench(c: &mut Criterion) {
                 "investigating",
                 &succeeded,
                 &health,
+                &|_| true,
             ))
         })
+    });
+    let principal = engine
+        .authorization()
+        .principal(&s, "investigating", Bundle::TOOLS)
+        .unwrap();
+    c.bench_function("stage/policy_visibility", |b| {
+        b.iter(|| black_box(engine.authorization().may_call(&principal, black_box(tool))))
     });
     c.bench_function("stage/argument_validation", |b| {
         b.iter(|| black_box(engine.validators().arguments(tool.name, black_box(&args))))

@@ -138,6 +138,26 @@ impl Authorization {
         }
     }
 
+    /// Whether the policies could permit `tool` for this principal on its own
+    /// resource, asked before any arguments exist (the capability filter's question).
+    /// A tool is withheld only when the policies deny it outright; a policy that
+    /// needs the model's arguments to decide cannot be evaluated yet, so the tool
+    /// stays visible and that policy decides at call time.
+    pub fn may_call(&self, principal: &Principal, tool: &ToolContract) -> bool {
+        let mut arguments = serde_json::Map::new();
+        if let Some(field) = tool.resource_field() {
+            arguments.insert(
+                field.to_string(),
+                Value::String(principal.resource_id.clone()),
+            );
+        }
+        match self.decide(principal, tool, &Value::Object(arguments)) {
+            Ok((AuthzDecision::Allow, _)) => true,
+            Ok((AuthzDecision::Deny { .. }, undecided)) => undecided,
+            Err(_) => false,
+        }
+    }
+
     /// The run's tenant, resource, task principal and the actions of `tools` as Cedar
     /// entities. They do not change during a run, so a driver builds them once.
     pub fn principal(
@@ -230,6 +250,17 @@ impl Authorization {
         tool: &ToolContract,
         arguments: &Value,
     ) -> Result<AuthzDecision, String> {
+        self.decide(principal, tool, arguments).map(|(d, _)| d)
+    }
+
+    /// The decision, and whether some policy could not be evaluated (it needed a
+    /// value the request lacks).
+    fn decide(
+        &self,
+        principal: &Principal,
+        tool: &ToolContract,
+        arguments: &Value,
+    ) -> Result<(AuthzDecision, bool), String> {
         let e = |e: &dyn std::fmt::Display| e.to_string();
         let action =
             EntityUid::from_type_name_and_id(self.types.action.clone(), EntityId::new(tool.name));
@@ -265,8 +296,9 @@ impl Authorization {
         let response = self
             .authorizer
             .is_authorized(&request, &self.policies, &principal.entities);
+        let undecided = response.diagnostics().errors().next().is_some();
         if response.decision() == Decision::Allow {
-            return Ok(AuthzDecision::Allow);
+            return Ok((AuthzDecision::Allow, undecided));
         }
         let determining: Vec<String> = response
             .diagnostics()
@@ -283,10 +315,13 @@ impl Authorization {
             })
             .map(|r| r.to_string())
             .unwrap_or_else(|| NOT_PERMITTED.to_string());
-        Ok(AuthzDecision::Deny {
-            reason,
-            policies: determining,
-        })
+        Ok((
+            AuthzDecision::Deny {
+                reason,
+                policies: determining,
+            },
+            undecided,
+        ))
     }
 }
 

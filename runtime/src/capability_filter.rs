@@ -1,7 +1,13 @@
 //! Stage 2, capability filtering: the tools a planner may see this step.
 //!
-//! `effective_tools = tenant catalog ∩ principal scopes ∩ stage ∩ risk policy ∩
+//! `effective_tools = tenant catalog ∩ principal scopes ∩ stage ∩ Cedar policies ∩
 //! runtime health ∩ tools whose required evidence exists`.
+//!
+//! No risk class is allowed or refused here: whether a run may use a write tool is
+//! the policies' decision alone, asked through [`Authorization::may_call`] (the same
+//! question the MCP server asks before it executes a call).
+//!
+//! [`Authorization::may_call`]: crate::authorization::Authorization::may_call
 
 use std::collections::BTreeSet;
 
@@ -33,9 +39,6 @@ pub fn hidden_because(
     if !tool.stages.is_empty() && !tool.stages.contains(&stage) {
         return Some("not offered in this stage");
     }
-    if !spec.allowed_risks.contains(&tool.risk) {
-        return Some("risk not allowed for this run");
-    }
     if health.unhealthy.contains(tool.name) {
         return Some("unhealthy");
     }
@@ -49,15 +52,18 @@ pub fn hidden_because(
     None
 }
 
-/// The tools visible to the planner, in contract-table order.
+/// The tools visible to the planner, in contract-table order: those no structural
+/// rule hides and `permitted` (the policies, asked for the run's own resource) lets
+/// through.
 pub fn effective_tools<B: ContractBundle>(
     spec: &RunSpec,
     stage: &str,
     succeeded: &[String],
     health: &Health,
+    permitted: &dyn Fn(&ToolContract) -> bool,
 ) -> Vec<&'static ToolContract> {
     B::TOOLS
         .iter()
-        .filter(|t| hidden_because(spec, stage, t, succeeded, health).is_none())
+        .filter(|t| hidden_because(spec, stage, t, succeeded, health).is_none() && permitted(t))
         .collect()
 }

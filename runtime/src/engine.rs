@@ -13,9 +13,9 @@ use crate::capability_filter::{self, Health};
 use crate::context::{PlannerView, build_view};
 use crate::contract::{Budgets, OnUnknown, ToolContract};
 use crate::execution::{self, EffectStatus, ExecError, Executor, ToolCall};
-use crate::fingerprint::{action_fingerprint, arguments_hash, canonical_json, sha256_hex};
+use crate::fingerprint::{action_fingerprint, arguments_hash};
 use crate::goal_assembly;
-use crate::handler::CallContext;
+use crate::handler::{CallContext, idempotency_key};
 use crate::machine::{IllegalTransition, Machine};
 use crate::normalization::{Observation, normalize};
 use crate::proposal::Planner;
@@ -122,6 +122,9 @@ struct Run<S: RunStateEnum> {
     ledger: Vec<LedgerRow>,
     /// The run's Cedar entities, built on first use (not persisted: rebuilt on resume).
     principal: Option<Principal>,
+    /// Per tool of the bundle's table: whether the policies could permit it in this
+    /// run (fixed with the principal, so asked once).
+    permitted: Vec<bool>,
 }
 
 impl<S: RunStateEnum> Run<S> {
@@ -214,13 +217,22 @@ impl<B: ContractBundle> Engine<B> {
     }
 
     /// The planner's view of a run in its current state (the context builder's input).
-    fn view(&self, run: &Run<B::State>) -> PlannerView {
+    fn view(&self, run: &mut Run<B::State>) -> PlannerView {
         let goal = goal_assembly::assemble::<B>(&run.spec, &run.stage);
+        self.ensure_principal(run);
+        let table = &run.permitted;
+        let permitted = |t: &ToolContract| {
+            B::TOOLS
+                .iter()
+                .position(|x| x.name == t.name)
+                .is_some_and(|i| table.get(i) == Some(&true))
+        };
         let tools = capability_filter::effective_tools::<B>(
             &run.spec,
             &run.stage,
             &run.controls.succeeded_tools(),
             &self.health,
+            &permitted,
         );
         build_view(
             &goal,
@@ -231,6 +243,25 @@ impl<B: ContractBundle> Engine<B> {
             self.validators.final_answer_schema(),
             &|name| self.validators.input_schema(name).cloned(),
         )
+    }
+
+    /// The run's Cedar entities, built at its first use (they never change in a run).
+    fn ensure_principal(&self, run: &mut Run<B::State>) {
+        if run.principal.is_none() {
+            run.principal = self
+                .authorization
+                .principal(&run.spec, &run.stage, B::TOOLS)
+                .ok();
+            // Entities that cannot be built permit nothing: every call would be denied.
+            run.permitted = B::TOOLS
+                .iter()
+                .map(|t| {
+                    run.principal
+                        .as_ref()
+                        .is_some_and(|p| self.authorization.may_call(p, t))
+                })
+                .collect();
+        }
     }
 
     /// Starts a new run and drives it to a terminal state.
@@ -266,6 +297,7 @@ impl<B: ContractBundle> Engine<B> {
             checkpoints: Vec::new(),
             ledger: Vec::new(),
             principal: None,
+            permitted: Vec::new(),
         };
         self.drive(&mut run, planner, executor, store, interrupt)
             .await
@@ -330,6 +362,7 @@ impl<B: ContractBundle> Engine<B> {
             checkpoints: Vec::new(),
             ledger: Vec::new(),
             principal: None,
+            permitted: Vec::new(),
         };
         if let Some(outcome) = &run.outcome
             && current.is_terminal()
@@ -517,29 +550,16 @@ impl<B: ContractBundle> Engine<B> {
             task_id: run.spec.task_id.clone(),
             subject: run.spec.subject.clone(),
             resource_id: run.spec.resource_id.clone(),
+            stage: run.stage.clone(),
             scopes: run.spec.scopes.clone(),
             tool_call_id: id.to_string(),
             correlation_id: run.spec.correlation_id.clone(),
             injected: Default::default(),
         };
-        if !tool.idempotency_key.is_empty() {
-            // One business intent: the tool and the values of its key fields.
-            let mut key = serde_json::Map::new();
-            for f in tool.idempotency_key {
-                key.insert(
-                    f.to_string(),
-                    arguments.get(*f).cloned().unwrap_or(Value::Null),
-                );
-            }
-            let text = format!(
-                "{}\0{}\0{}",
-                run.spec.tenant_id,
-                tool.name,
-                canonical_json(&Value::Object(key))
-            );
+        if let Some(key) = idempotency_key(&run.spec.tenant_id, tool, &arguments) {
             context
                 .injected
-                .insert("idempotency_key".into(), json!(sha256_hex(text.as_bytes())));
+                .insert("idempotency_key".into(), json!(key));
         }
         ToolCall {
             tool_call_id: id.to_string(),
@@ -790,12 +810,7 @@ impl<B: ContractBundle> Engine<B> {
                 .stop(run, "failed", reasons::INVALID_ARGUMENTS, store)
                 .await;
         }
-        if run.principal.is_none() {
-            run.principal = self
-                .authorization
-                .principal(&run.spec, &run.stage, B::TOOLS)
-                .ok();
-        }
+        self.ensure_principal(run);
         let decision = match &run.principal {
             Some(p) => self.authorization.authorize_as(p, tool, &arguments),
             None => AuthzDecision::unevaluable("the run's entities could not be built".into()),

@@ -6,6 +6,7 @@ use std::future::Future;
 use serde_json::Value;
 
 use crate::contract::ToolContract;
+use crate::fingerprint::{canonical_json, sha256_hex};
 
 /// Calls a tool's handler with untyped JSON: the generated `Dispatcher` implements it
 /// over the typed `ToolHandlers` trait, so generic hosts (the MCP server) can serve any
@@ -27,6 +28,8 @@ pub struct CallContext {
     pub subject: String,
     /// The id of the run-bound resource (e.g. the case id).
     pub resource_id: String,
+    /// The task stage the run works in (policies may depend on it).
+    pub stage: String,
     /// The task's scopes (from its token).
     pub scopes: Vec<String>,
     pub tool_call_id: String,
@@ -52,6 +55,30 @@ impl CallContext {
         }
         Value::Object(out)
     }
+}
+
+/// The idempotency key of a write: one business intent is the tenant, the tool and
+/// the values of the fields its contract names under `idempotency_key`. `None` for a
+/// tool without one. Derived, never sent: the run's executor and the MCP server
+/// compute the same key from the same trusted facts, so a handler gets it on either
+/// path and no client can choose it.
+pub fn idempotency_key(tenant_id: &str, tool: &ToolContract, arguments: &Value) -> Option<String> {
+    if tool.idempotency_key.is_empty() {
+        return None;
+    }
+    let mut key = serde_json::Map::new();
+    for f in tool.idempotency_key {
+        key.insert(
+            f.to_string(),
+            arguments.get(*f).cloned().unwrap_or(Value::Null),
+        );
+    }
+    let text = format!(
+        "{tenant_id}\0{}\0{}",
+        tool.name,
+        canonical_json(&Value::Object(key))
+    );
+    Some(sha256_hex(text.as_bytes()))
 }
 
 /// A failure a tool handler reports (or the glue around it detects).

@@ -3,8 +3,6 @@
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::contract::Risk;
-
 /// Stop reasons the runtime itself gives (deny reasons come from policies).
 pub mod reasons {
     pub const STEP_BUDGET_EXHAUSTED: &str = "STEP_BUDGET_EXHAUSTED";
@@ -41,8 +39,6 @@ pub struct RunSpec {
     pub scopes: Vec<String>,
     /// The tenant's tool catalog.
     pub catalog: Vec<String>,
-    /// The risk classes this run may use at all (the risk policy).
-    pub allowed_risks: Vec<Risk>,
     /// The task stage the run works in (one of the bundle's `STAGES`).
     pub stage: String,
     pub goal: String,

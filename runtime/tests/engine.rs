@@ -519,10 +519,6 @@ async fn a_write_pending_at_tool_running_goes_to_a_human() {
     s.resource_id = "S-1".into();
     s.scopes = vec!["inventory:read".into(), "inventory:reserve".into()];
     s.catalog = vec!["inventory_lookup".into(), "inventory_reserve".into()];
-    s.allowed_risks = vec![
-        caseops_runtime::Risk::ReadOnly,
-        caseops_runtime::Risk::ReversibleWrite,
-    ];
     s.stage = "restocking".into();
     let script = vec![
         call("inventory_lookup", json!({"shelf_id": "S-1", "sku": "ABC"})),
@@ -706,4 +702,63 @@ async fn an_interrupted_driver_hands_the_run_over_between_steps_and_it_resumes_t
     assert_eq!((out.step_count, out.recovery_count), (4, 0));
     assert_eq!(next.calls(), 2);
     assert_legal_path(&store, "r-handover");
+}
+
+fn shelf_spec(run_id: &str, scopes: &[&str]) -> caseops_runtime::RunSpec {
+    let mut s = spec(run_id);
+    s.tenant_id = "t1".into();
+    s.resource_id = "S-1".into();
+    s.scopes = scopes.iter().map(|s| s.to_string()).collect();
+    s.catalog = vec!["inventory_lookup".into(), "inventory_reserve".into()];
+    s.stage = "restocking".into();
+    s
+}
+
+#[tokio::test]
+async fn a_write_tool_a_policy_may_permit_is_offered_to_the_planner() {
+    use caseops_fixture_generated::Bundle as Fixture;
+    let s = shelf_spec("vis1", &["inventory:read", "inventory:reserve"]);
+    let planner = ScriptPlanner::new(vec![
+        call("inventory_lookup", json!({"shelf_id": "S-1", "sku": "ABC"})),
+        json!({"decision": "needs_human", "reason": "look"}),
+    ]);
+    let engine = Engine::<Fixture>::new().unwrap();
+    engine
+        .start(s, &planner, &ok_executor(), &MemoryStore::default())
+        .await
+        .unwrap();
+    let views = planner.views.lock().unwrap();
+    // The reservation requires a lookup first, so it appears in the second round.
+    let names: Vec<&str> = views[1].tools.iter().map(|t| t.name.as_str()).collect();
+    // No risk class is refused by the runtime: the reservation (a reversible write)
+    // is offered because `permit-small-reservations` can permit it.
+    assert_eq!(names, ["inventory_lookup", "inventory_reserve"]);
+}
+
+#[test]
+fn policies_decide_visibility_before_arguments_exist() {
+    use caseops_fixture_generated::Bundle as Fixture;
+    let engine = Engine::<Fixture>::new().unwrap();
+    let authz = engine.authorization();
+    let s = shelf_spec("vis3", &["inventory:read"]);
+    let p = authz.principal(&s, "restocking", Fixture::TOOLS).unwrap();
+    let lookup = Fixture::tool("inventory_lookup").unwrap();
+    let reserve = Fixture::tool("inventory_reserve").unwrap();
+    assert!(authz.may_call(&p, lookup), "a read the policy permits");
+    // The reservation's permit needs `units`: undecidable now, decided at call time.
+    assert!(authz.may_call(&p, reserve));
+    let denied = authz.authorize_as(
+        &p,
+        reserve,
+        &json!({"shelf_id": "S-1", "sku": "A", "units": 500}),
+    );
+    assert!(matches!(
+        denied,
+        caseops_runtime::authorization::AuthzDecision::Deny { .. }
+    ));
+    // Without `inventory:read` no permit applies to the lookup whatever the
+    // arguments: withheld.
+    let s = shelf_spec("vis4", &["inventory:reserve"]);
+    let p = authz.principal(&s, "restocking", Fixture::TOOLS).unwrap();
+    assert!(!authz.may_call(&p, lookup));
 }

@@ -9,7 +9,7 @@ use std::time::Instant;
 
 use caseops_generated::{Bundle, Dispatcher};
 use caseops_runtime::{
-    ContractBundle, Engine, ExecError, Executor, Risk, RunSpec, ToolCall, ToolDispatch,
+    ContractBundle, Engine, ExecError, Executor, RunSpec, ToolCall, ToolDispatch,
 };
 use caseops_service::api::dev_keys;
 use caseops_service::domain::reference_data;
@@ -59,7 +59,6 @@ fn spec(i: usize) -> RunSpec {
             .map(|t| t.required_scope.to_string())
             .collect(),
         catalog: Bundle::CATALOG.iter().map(|s| s.to_string()).collect(),
-        allowed_risks: vec![Risk::ReadOnly],
         stage: "investigating".into(),
         goal: "check".into(),
         correlation_id: "bench".into(),

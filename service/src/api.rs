@@ -16,7 +16,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use caseops_generated::Bundle;
 use caseops_runtime::fingerprint::{canonical_json, sha256_hex};
-use caseops_runtime::{ContractBundle, Risk, RunSpec};
+use caseops_runtime::{ContractBundle, RunSpec};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
@@ -349,7 +349,6 @@ async fn start_run(
         resource_id: case_id.clone(),
         scopes: who.scopes.clone(),
         catalog: Bundle::CATALOG.iter().map(|s| s.to_string()).collect(),
-        allowed_risks: vec![Risk::ReadOnly],
         stage: Bundle::STAGES[0].to_string(),
         goal: goal.to_string(),
         correlation_id: request_id.clone(),

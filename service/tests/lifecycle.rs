@@ -338,7 +338,7 @@ async fn a_database_outage_makes_readiness_fail_fast_and_every_run_completes_aft
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_run_left_before_its_first_checkpoint_is_started_over_without_any_client() {
     use caseops_generated::Bundle;
-    use caseops_runtime::{ContractBundle, Risk, RunSpec};
+    use caseops_runtime::{ContractBundle, RunSpec};
     use caseops_service::store::runs::{NewRun, SqlRunStore};
     for (backend, url) in fresh_databases("nocheckpoint").await {
         // A process recorded the run and died before committing anything.
@@ -355,7 +355,6 @@ async fn a_run_left_before_its_first_checkpoint_is_started_over_without_any_clie
                 .map(|t| t.required_scope.to_string())
                 .collect(),
             catalog: Bundle::CATALOG.iter().map(|s| s.to_string()).collect(),
-            allowed_risks: vec![Risk::ReadOnly],
             stage: Bundle::STAGES[0].to_string(),
             goal: fleet::GOAL.into(),
             correlation_id: "orphan".into(),

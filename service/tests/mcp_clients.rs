@@ -11,7 +11,7 @@ use caseops_runtime::context::PlannerView;
 use caseops_runtime::store::MemoryStore;
 use caseops_runtime::{
     CallContext, CallStatus, ContractBundle, Engine, ExecError, Executor, Planner, PlannerError,
-    Risk, RunSpec, ToolCall,
+    RunSpec, ToolCall,
 };
 use caseops_service::mcp::client::{McpClient, ReadinessError, compare_listings};
 use mcp_support::*;
@@ -41,7 +41,6 @@ fn spec() -> RunSpec {
         resource_id: "C-102".into(),
         scopes: ALL_SCOPES.iter().map(|s| s.to_string()).collect(),
         catalog: Bundle::CATALOG.iter().map(|s| s.to_string()).collect(),
-        allowed_risks: vec![Risk::ReadOnly],
         stage: "investigating".into(),
         goal: "check C-102".into(),
         correlation_id: "req".into(),

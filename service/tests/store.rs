@@ -9,7 +9,7 @@ use std::time::Duration;
 use caseops_generated::{Bundle, Dispatcher};
 use caseops_runtime::context::PlannerView;
 use caseops_runtime::{
-    ContractBundle, Engine, ExecError, Executor, Planner, PlannerError, Risk, RunSpec, ToolCall,
+    ContractBundle, Engine, ExecError, Executor, Planner, PlannerError, RunSpec, ToolCall,
     ToolDispatch,
 };
 use caseops_service::domain::reference_data;
@@ -48,7 +48,6 @@ fn spec(run_id: &str) -> RunSpec {
             .map(|t| t.required_scope.to_string())
             .collect(),
         catalog: Bundle::CATALOG.iter().map(|s| s.to_string()).collect(),
-        allowed_risks: vec![Risk::ReadOnly],
         stage: "investigating".into(),
         goal: "check".into(),
         correlation_id: "c".into(),

@@ -8,9 +8,7 @@ use std::time::Duration;
 
 use caseops_runtime::context::PlannerView;
 use caseops_runtime::store::{Batch, MemoryStore, StoreError, StoredRun};
-use caseops_runtime::{
-    ExecError, Executor, Planner, PlannerError, Risk, RunSpec, RunStore, ToolCall,
-};
+use caseops_runtime::{ExecError, Executor, Planner, PlannerError, RunSpec, RunStore, ToolCall};
 use serde_json::{Value, json};
 
 pub fn spec(run_id: &str) -> RunSpec {
@@ -36,7 +34,6 @@ pub fn spec(run_id: &str) -> RunSpec {
         ]
         .map(String::from)
         .to_vec(),
-        allowed_risks: vec![Risk::ReadOnly],
         stage: "investigating".into(),
         goal: "Check whether case C-102 has every required document".into(),
         correlation_id: "req-1".into(),

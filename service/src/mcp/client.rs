@@ -82,13 +82,16 @@ impl<B: ContractBundle> McpClient<B> {
         {
             return Ok(token.clone());
         }
-        let claims = self.issuer.claims(
+        let mut claims = self.issuer.claims(
             &ctx.subject,
             &ctx.tenant_id,
             &ctx.task_id,
             &ctx.resource_id,
             &ctx.scopes,
         );
+        if !ctx.stage.is_empty() {
+            claims.stage = Some(ctx.stage.clone());
+        }
         let token = self
             .issuer
             .sign(&claims)

@@ -13,6 +13,7 @@ use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{any, get};
 use caseops_runtime::authorization::{Authorization, AuthzDecision, Principal};
+use caseops_runtime::handler::idempotency_key;
 use caseops_runtime::validation::Validators;
 use caseops_runtime::{CallContext, ContractBundle, RunSpec, ToolDispatch, ToolError};
 use serde_json::{Map, Value, json};
@@ -114,6 +115,30 @@ impl<B: ContractBundle, D: ToolDispatch + 'static> McpServer<B, D> {
         })
     }
 
+    /// The run facts a task token stands for: the same shape the API builds for a
+    /// run, so both planes ask the policies the same question.
+    fn spec_of(claims: &TaskClaims) -> RunSpec {
+        RunSpec {
+            run_id: claims.task_id.clone(),
+            tenant_id: claims.tenant_id.clone(),
+            task_id: claims.task_id.clone(),
+            subject: claims.sub.clone(),
+            resource_id: claims
+                .resource_id(B::RESOURCE_ID_FIELD)
+                .unwrap_or_default()
+                .to_string(),
+            scopes: claims.scopes(),
+            catalog: B::CATALOG.iter().map(|s| s.to_string()).collect(),
+            // A token names the run's stage; one without starts where runs start.
+            stage: claims
+                .stage
+                .clone()
+                .unwrap_or_else(|| B::STAGES.first().copied().unwrap_or_default().to_string()),
+            goal: String::new(),
+            correlation_id: claims.jti.clone(),
+        }
+    }
+
     /// The task's Cedar entities. Building them was most of a decision's cost and
     /// they depend only on the token's claims, which a task's calls share, so they
     /// are kept per claims (a verified token's claims never change).
@@ -201,11 +226,19 @@ impl<B: ContractBundle, D: ToolDispatch + 'static> McpServer<B, D> {
         self.verifier.verify(token.trim())
     }
 
-    fn tool_visible(&self, claims: &TaskClaims, tool: &Value) -> bool {
-        tool["name"]
-            .as_str()
-            .and_then(B::tool)
-            .is_some_and(|t| claims.has_scope(t.required_scope))
+    /// Listed for a task: in scope, in the catalog, and not denied outright by the
+    /// policies (the run's capability filter asks the same).
+    fn tool_visible(
+        &self,
+        claims: &TaskClaims,
+        principal: Option<&Principal>,
+        tool: &Value,
+    ) -> bool {
+        tool["name"].as_str().and_then(B::tool).is_some_and(|t| {
+            claims.has_scope(t.required_scope)
+                && B::CATALOG.contains(&t.name)
+                && principal.is_some_and(|p| self.authorization.may_call(p, t))
+        })
     }
 
     fn list(
@@ -213,10 +246,11 @@ impl<B: ContractBundle, D: ToolDispatch + 'static> McpServer<B, D> {
         claims: &TaskClaims,
         params: &Map<String, Value>,
     ) -> Result<Value, (i64, String)> {
+        let principal = self.principal(&Self::spec_of(claims)).ok();
         let visible: Vec<&Value> = self
             .listing
             .iter()
-            .filter(|t| self.tool_visible(claims, t))
+            .filter(|t| self.tool_visible(claims, principal.as_deref(), t))
             .collect();
         let start = match params.get("cursor") {
             None | Some(Value::Null) => 0,
@@ -275,23 +309,8 @@ impl<B: ContractBundle, D: ToolDispatch + 'static> McpServer<B, D> {
                 &claims.task_id,
             ));
         }
-        let resource_id = claims
-            .resource_id(B::RESOURCE_ID_FIELD)
-            .unwrap_or_default()
-            .to_string();
-        let spec = RunSpec {
-            run_id: claims.task_id.clone(),
-            tenant_id: claims.tenant_id.clone(),
-            task_id: claims.task_id.clone(),
-            subject: claims.sub.clone(),
-            resource_id: resource_id.clone(),
-            scopes: claims.scopes(),
-            catalog: B::CATALOG.iter().map(|s| s.to_string()).collect(),
-            allowed_risks: vec![caseops_runtime::Risk::ReadOnly],
-            stage: B::STAGES.first().copied().unwrap_or_default().to_string(),
-            goal: String::new(),
-            correlation_id: claims.jti.clone(),
-        };
+        let spec = Self::spec_of(claims);
+        let resource_id = spec.resource_id.clone();
         let decision = match self.principal(&spec) {
             Ok(principal) => self
                 .authorization
@@ -306,16 +325,20 @@ impl<B: ContractBundle, D: ToolDispatch + 'static> McpServer<B, D> {
                 &claims.task_id,
             ));
         }
-        let ctx = CallContext {
+        let mut ctx = CallContext {
             tenant_id: claims.tenant_id.clone(),
             task_id: claims.task_id.clone(),
             subject: claims.sub.clone(),
             resource_id,
+            stage: spec.stage.clone(),
             scopes: claims.scopes(),
             tool_call_id: claims.jti.clone(),
             correlation_id: claims.jti.clone(),
             injected: Default::default(),
         };
+        if let Some(key) = idempotency_key(&claims.tenant_id, tool, &arguments) {
+            ctx.injected.insert("idempotency_key".into(), json!(key));
+        }
         match self.dispatch.call(tool, &ctx, arguments).await {
             Ok(result) => {
                 if let Err(errors) = self.validators.output(tool.name, &result) {

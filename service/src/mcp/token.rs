@@ -26,6 +26,9 @@ pub struct TaskClaims {
     pub nbf: u64,
     pub exp: u64,
     pub jti: String,
+    /// The run's task stage; absent, the bundle's initial stage.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stage: Option<String>,
     #[serde(flatten)]
     pub resource: BTreeMap<String, String>,
 }
@@ -131,6 +134,7 @@ impl TokenIssuer {
             nbf: iat,
             exp: iat + self.ttl,
             jti: uuid::Uuid::new_v4().to_string(),
+            stage: None,
             resource: BTreeMap::from([(self.resource_field.clone(), resource_id.to_string())]),
         }
     }

@@ -19,6 +19,9 @@ pub struct Resource {
     pub id_min_length: u64,
     pub id_max_length: u64,
     pub id_pattern: Option<String>,
+    /// Where the host's API starts a run on one resource, e.g.
+    /// `/v1/cases/{case_id}/agent-runs`.
+    pub api_path: String,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -248,7 +251,11 @@ fn ident(r: &mut Reader, s: &Sp<String>, what: &str) {
 }
 
 fn read_resource(r: &mut Reader, node: &Node) -> Option<Resource> {
-    let map = r.mapping(node, "resource", Some(&["type", "id_field", "id"][..]))?;
+    let map = r.mapping(
+        node,
+        "resource",
+        Some(&["type", "id_field", "id", "api_path"][..]),
+    )?;
     let need = |r: &mut Reader, key: &str| {
         let n = map.get(key);
         if n.is_none() {
@@ -315,13 +322,66 @@ fn read_resource(r: &mut Reader, node: &Node) -> Option<Resource> {
             .and_then(|n| r.string(n, "resource.id.pattern"))
             .map(|s| s.value);
     }
+    let (kind, id_field) = (kind?, id_field?);
+    let default_path = format!(
+        "/v1/{}s/{{{}}}/agent-runs",
+        kind.value.to_ascii_lowercase(),
+        id_field.value
+    );
+    let api_path = match map.get("api_path") {
+        None => default_path,
+        Some(n) => match r.string(n, "resource.api_path") {
+            Some(p) => match api_path_problem(&p.value, &id_field.value) {
+                None => p.value,
+                Some(problem) => {
+                    let d = r
+                        .error(Code::InvalidApiPath, p.span.clone(), problem)
+                        .label("invalid run path")
+                        .help(format!("write e.g. `api_path: {default_path}`"));
+                    r.report(d);
+                    default_path
+                }
+            },
+            None => default_path,
+        },
+    };
     Some(Resource {
-        kind: kind?,
-        id_field: id_field?,
+        kind,
+        id_field,
+        api_path,
         id_min_length: min,
         id_max_length: max,
         id_pattern: pattern,
     })
+}
+
+/// Why `path` cannot be the route that starts runs, or `None` when it can.
+fn api_path_problem(path: &str, id_field: &str) -> Option<String> {
+    let param = format!("{{{id_field}}}");
+    if !path.starts_with('/') || path.ends_with('/') {
+        return Some(format!("`{path}` must start with `/` and not end with one"));
+    }
+    if path.starts_with("/v1/agent-runs") || path.starts_with("/health") || path == "/metrics" {
+        return Some(format!("`{path}` collides with a route every host serves"));
+    }
+    let mut params = 0;
+    for segment in path[1..].split('/') {
+        if segment == param {
+            params += 1;
+        } else if segment.is_empty()
+            || !segment
+                .bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b"-_.".contains(&b))
+        {
+            return Some(format!(
+                "segment `{segment}` of `{path}` is neither `{param}` nor lowercase letters, digits, `-`, `_` and `.`"
+            ));
+        }
+    }
+    if params != 1 {
+        return Some(format!("`{path}` must hold `{param}` exactly once"));
+    }
+    None
 }
 
 fn read_budgets(r: &mut Reader, node: &Node) -> Option<Budgets> {

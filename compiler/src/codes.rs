@@ -187,6 +187,10 @@ codes! {
         "The final answer has a `schema_version` such as `caseops.agent-result.v1` and at least an `outcome` enum field; its fields use the output field language.",
         "final_answer:\n  schema_version: v1\n",
         "final_answer:\n  schema_version: caseops.agent-result.v1\n  fields:\n    outcome: {type: enum, enum: [DONE]}\n";
+    InvalidApiPath = "E0207", Error, "invalid run API path",
+        "`resource.api_path` is the HTTP route a host serves to start a run on one resource (`POST`). It starts with `/`, holds the resource id field in braces exactly once, and its other segments are lowercase letters, digits, `-`, `_` and `.`. It may not shadow a route every host serves (`/v1/agent-runs/...`, `/health/...`, `/metrics`). Left out, it is `/v1/<type in lowercase>s/{<id_field>}/agent-runs`.",
+        "resource:\n  type: Case\n  id_field: case_id\n  api_path: /v1/cases/{id}/runs\n",
+        "resource:\n  type: Case\n  id_field: case_id\n  api_path: /v1/cases/{case_id}/agent-runs\n";
     DeclaredTwice = "E0206", Error, "name declared twice",
         "A stage, catalog entry, state or list value is declared more than once.",
         "stages: [investigating, investigating]\n",

@@ -13,7 +13,7 @@ pub use state::RunState;
 pub use tools::{Dispatcher, TOOLS, ToolHandlers, ToolId, dispatch};
 
 /// SHA-256 over the contract and policy sources of this bundle.
-pub const BUNDLE_DIGEST: &str = "315460ba055592a34d1c809c1cfbbbbd2c6ab440456777bf5936ab1c09db560f";
+pub const BUNDLE_DIGEST: &str = "727443b38ca9317ed85fd103586d60e59a0a5df14d0205b5d69edab6684f7f16";
 
 /// The MCP `tools/list` result.
 pub const MCP_TOOLS: &str = include_str!("../mcp/tools.json");
@@ -45,6 +45,7 @@ impl caseops_runtime::ContractBundle for Bundle {
     const AGENT: &'static str = "caseops_investigation";
     const RESOURCE_TYPE: &'static str = "Case";
     const RESOURCE_ID_FIELD: &'static str = "case_id";
+    const RUNS_PATH: &'static str = "/v1/cases/{case_id}/agent-runs";
     const STAGES: &'static [&'static str] = &["investigating"];
     const CATALOG: &'static [&'static str] = &[
         "caseops_get_case_snapshot",

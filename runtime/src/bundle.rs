@@ -13,6 +13,9 @@ pub trait ContractBundle: Send + Sync + 'static {
     /// The resource entity type (e.g. `Case`) and its id field (e.g. `case_id`).
     const RESOURCE_TYPE: &'static str;
     const RESOURCE_ID_FIELD: &'static str;
+    /// The API route that starts a run on one resource (`POST`), holding
+    /// `{RESOURCE_ID_FIELD}` once, e.g. `/v1/cases/{case_id}/agent-runs`.
+    const RUNS_PATH: &'static str;
     /// Task stages, the first being the initial one.
     const STAGES: &'static [&'static str];
     /// The tenant catalog: tools a run may ever see.

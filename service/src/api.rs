@@ -75,7 +75,7 @@ pub struct AppState {
 
 pub fn router(state: Arc<AppState>) -> Router {
     Router::new()
-        .route("/v1/cases/{case_id}/agent-runs", post(start_run))
+        .route(Bundle::RUNS_PATH, post(start_run))
         .route("/v1/agent-runs/{run_id}", get(get_run))
         .route("/v1/agent-runs/{run_id}/tool-executions", get(get_ledger))
         .route("/v1/agent-runs/{run_id}/checkpoints", get(get_checkpoints))

@@ -618,6 +618,7 @@ pub fn lib_module(info: &LibInfo) -> TokenStream {
     let agent_name = &agent.name.value;
     let resource_type = &agent.resource.kind.value;
     let id_field = &agent.resource.id_field.value;
+    let runs_path = &agent.resource.api_path;
     let stages: Vec<&str> = agent.stages.iter().map(|s| s.value.as_str()).collect();
     let catalog: Vec<&str> = agent.catalog.iter().map(|s| s.value.as_str()).collect();
     let reasons: Vec<&str> = agent
@@ -670,6 +671,7 @@ pub fn lib_module(info: &LibInfo) -> TokenStream {
             const AGENT: &'static str = #agent_name;
             const RESOURCE_TYPE: &'static str = #resource_type;
             const RESOURCE_ID_FIELD: &'static str = #id_field;
+            const RUNS_PATH: &'static str = #runs_path;
             const STAGES: &'static [&'static str] = &[#(#stages),*];
             const CATALOG: &'static [&'static str] = &[#(#catalog),*];
             const TOOLS: &'static [caseops_runtime::ToolContract] = TOOLS;

@@ -13,7 +13,7 @@ pub use state::RunState;
 pub use tools::{Dispatcher, TOOLS, ToolHandlers, ToolId, dispatch};
 
 /// SHA-256 over the contract and policy sources of this bundle.
-pub const BUNDLE_DIGEST: &str = "8e6bbde1cf5944483023370e92496deae962f1a08338acb76b54dc6a7380932c";
+pub const BUNDLE_DIGEST: &str = "9683ac999d1c14bd650482ac85a11d6987a79f80082870bffa532cdb510fc634";
 
 /// The MCP `tools/list` result.
 pub const MCP_TOOLS: &str = include_str!("../mcp/tools.json");
@@ -45,6 +45,7 @@ impl caseops_runtime::ContractBundle for Bundle {
     const AGENT: &'static str = "warehouse_restock";
     const RESOURCE_TYPE: &'static str = "Shelf";
     const RESOURCE_ID_FIELD: &'static str = "shelf_id";
+    const RUNS_PATH: &'static str = "/v1/shelves/{shelf_id}/restock-runs";
     const STAGES: &'static [&'static str] = &["inspecting", "restocking"];
     const CATALOG: &'static [&'static str] = &["inventory_lookup", "inventory_reserve"];
     const TOOLS: &'static [caseops_runtime::ToolContract] = TOOLS;

@@ -19,6 +19,12 @@ pub trait Planner: Send + Sync {
     /// A short name recorded with the run (e.g. `conformance`, `openai-responses`).
     fn kind(&self) -> &'static str;
 
+    /// The model recorded with each run, if the planner is one (`None` for a
+    /// deterministic driver).
+    fn model(&self) -> Option<String> {
+        None
+    }
+
     /// Whether a call leaves the process (a model API). The runtime commits the
     /// run's state before every external call. A planner that is a pure function of
     /// the view it is given answers the same after a crash, so nothing has to be

@@ -8,9 +8,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use caseops_generated::{Bundle, Dispatcher};
+use caseops_host::mcp::server::{McpConfig, McpServer};
+use caseops_host::mcp::token::TokenIssuer;
 use caseops_service::domain::reference_data;
-use caseops_service::mcp::server::{McpConfig, McpServer};
-use caseops_service::mcp::token::TokenIssuer;
 use caseops_service::tools::{CaseOpsTools, MemoryRepository};
 use serde_json::json;
 
@@ -18,7 +18,7 @@ const SECRET: &[u8] = b"load-test-signing-key-0123456789";
 
 #[tokio::main]
 async fn main() {
-    caseops_service::install_tls_provider();
+    caseops_host::install_tls_provider();
     let seconds: u64 = std::env::args()
         .nth(1)
         .and_then(|s| s.parse().ok())

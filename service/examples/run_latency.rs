@@ -8,16 +8,16 @@ use std::net::SocketAddr;
 use std::time::Instant;
 
 use caseops_generated::{Bundle, Dispatcher};
+use caseops_host::host::{DEV_SIGNING_KEY, HostConfig};
+use caseops_host::store::Db;
+use caseops_host::store::runs::{NewRun, SqlRunStore};
 use caseops_runtime::{
     ContractBundle, Engine, ExecError, Executor, RunSpec, ToolCall, ToolDispatch,
 };
-use caseops_service::api::dev_keys;
 use caseops_service::domain::reference_data;
-use caseops_service::host::{self, DEV_SIGNING_KEY, HostConfig};
+use caseops_service::keys::dev_keys;
 use caseops_service::planner::{AnyPlanner, ConformancePlanner};
-use caseops_service::store::Db;
-use caseops_service::store::reference::{SqlRepository, seed};
-use caseops_service::store::runs::{NewRun, SqlRunStore};
+use caseops_service::reference::{SqlRepository, seed};
 use caseops_service::tools::CaseOpsTools;
 use serde_json::{Value, json};
 
@@ -66,7 +66,9 @@ fn spec(i: usize) -> RunSpec {
 }
 
 async fn in_process(url: &str, runs: usize) -> (Vec<f64>, usize) {
-    let db = Db::connect(url, 8).await.unwrap();
+    let db = Db::connect(url, 8, &caseops_service::reference::SCHEMA)
+        .await
+        .unwrap();
     seed(&db, &reference_data()).await.unwrap();
     let store = SqlRunStore::new(db.clone());
     let direct = Direct(Dispatcher(CaseOpsTools {
@@ -74,7 +76,7 @@ async fn in_process(url: &str, runs: usize) -> (Vec<f64>, usize) {
     }));
     let engine = Engine::<Bundle>::new().unwrap();
     let before = db.commits();
-    let sent_before = caseops_service::store::sql::statements_sent();
+    let sent_before = caseops_host::store::sql::statements_sent();
     let mut ms = Vec::new();
     for i in 0..runs {
         let s = spec(i);
@@ -99,7 +101,7 @@ async fn in_process(url: &str, runs: usize) -> (Vec<f64>, usize) {
         assert_eq!(out.status, "completed");
         ms.push(t.elapsed().as_secs_f64() * 1000.0);
     }
-    let statements = caseops_service::store::sql::statements_sent() - sent_before;
+    let statements = caseops_host::store::sql::statements_sent() - sent_before;
     println!(
         "statements per in-process run (allocation included): {}",
         statements / runs
@@ -109,25 +111,28 @@ async fn in_process(url: &str, runs: usize) -> (Vec<f64>, usize) {
 
 async fn through_api(url: &str, runs: usize) -> Vec<f64> {
     let loopback: SocketAddr = "127.0.0.1:0".parse().unwrap();
-    let running = host::start(HostConfig {
-        database_url: url.into(),
-        api_listen: loopback,
-        mcp_listen: loopback,
-        signing_key: DEV_SIGNING_KEY.into(),
-        keys: dev_keys(),
-        mcp_url: None,
-        only: None,
-        lease_ms: 30_000,
-        planner: AnyPlanner::Conformance(ConformancePlanner),
-        workers: 8,
-    })
+    let running = caseops_service::start(
+        HostConfig {
+            database_url: url.into(),
+            schema: &caseops_service::reference::SCHEMA,
+            api_listen: loopback,
+            mcp_listen: loopback,
+            signing_key: DEV_SIGNING_KEY.into(),
+            keys: dev_keys(),
+            mcp_url: None,
+            only: None,
+            lease_ms: 30_000,
+            workers: 8,
+        },
+        AnyPlanner::Conformance(ConformancePlanner),
+    )
     .await
     .unwrap();
     seed(&running.db, &reference_data()).await.unwrap();
     let api = format!("http://{}", running.api_addr.unwrap());
     let http = reqwest::Client::new();
     let mut ms = Vec::new();
-    let sent_before = caseops_service::store::sql::statements_sent();
+    let sent_before = caseops_host::store::sql::statements_sent();
     for i in 0..runs + 20 {
         let t = Instant::now();
         let r = http
@@ -147,7 +152,7 @@ async fn through_api(url: &str, runs: usize) -> Vec<f64> {
             ms.push(t.elapsed().as_secs_f64() * 1000.0);
         }
     }
-    let statements = caseops_service::store::sql::statements_sent() - sent_before;
+    let statements = caseops_host::store::sql::statements_sent() - sent_before;
     println!(
         "statements per run through the API (tool reads included): {}",
         statements / (runs + 20)
@@ -157,7 +162,7 @@ async fn through_api(url: &str, runs: usize) -> Vec<f64> {
 
 #[tokio::main]
 async fn main() {
-    caseops_service::install_tls_provider();
+    caseops_host::install_tls_provider();
     let runs: usize = std::env::args()
         .nth(1)
         .and_then(|s| s.parse().ok())

@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use hdrhistogram::Histogram;
 use serde_json::{Value, json};
 
-use crate::mcp::token::TokenIssuer;
+use caseops_host::mcp::token::TokenIssuer;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Scenario {
@@ -127,7 +127,7 @@ impl Target {
 pub async fn run(config: BenchConfig) -> Result<BenchReport, String> {
     check_target(&config.api_url, config.allow_remote)?;
     check_target(&config.mcp_url, config.allow_remote)?;
-    crate::install_tls_provider();
+    caseops_host::install_tls_provider();
     let http = reqwest::Client::builder()
         .pool_max_idle_per_host(config.concurrency.max(1) * 2)
         .timeout(Duration::from_secs(30))
@@ -135,7 +135,7 @@ pub async fn run(config: BenchConfig) -> Result<BenchReport, String> {
         .map_err(|e| e.to_string())?;
     let issuer = TokenIssuer::new(
         config.signing_key.as_bytes(),
-        crate::host::TOKEN_ISSUER,
+        caseops_host::host::TOKEN_ISSUER,
         config.mcp_url.clone(),
         "case_id",
         600,

@@ -1,27 +1,40 @@
-//! `caseops-service`: the CaseOps claims-investigation host. It serves the four
-//! read-only tools over MCP and (with the API) drives agent runs with the runtime.
+//! `caseops-service`: the CaseOps claims-investigation host. What is CaseOps lives
+//! here — the claims reference data and its tables, the four read-only tool
+//! handlers, the C-102 conformance driver, the development keys and the `caseops`
+//! binary; everything generic comes from `caseops-host`.
 
-pub mod api;
 pub mod bench;
 pub mod domain;
-pub mod events;
-pub mod fault;
-pub mod host;
-pub mod mcp;
-pub mod metrics;
-pub mod openai;
+pub mod keys;
 pub mod planner;
-pub mod store;
+pub mod reference;
 pub mod tools;
-pub mod worker;
 
-/// Installs the process's TLS crypto provider (ring) once; reqwest is built without
-/// one so that no second crypto library (aws-lc) is compiled. Every HTTP client in
-/// this crate calls this before it is built.
-pub fn install_tls_provider() {
-    static ONCE: std::sync::Once = std::sync::Once::new();
-    ONCE.call_once(|| {
-        // An error means another provider is already installed, which serves as well.
-        let _ = rustls::crypto::ring::default_provider().install_default();
-    });
+/// The instructions the OpenAI planner is given for claim investigations.
+pub const OPENAI_INSTRUCTIONS: &str = "You investigate one insurance claim case. Call one tool at a time to gather evidence. \
+When the evidence is sufficient, answer with the final JSON object only. Never invent document codes or evidence references.";
+
+use caseops_generated::{Bundle, Dispatcher};
+use caseops_host::host::{App, HostConfig, HostError, RunningHost};
+
+/// Starts a CaseOps host: the generated bundle, the claims tools and case lookups
+/// on the host's database, and `planner`. `config.schema` should be
+/// [`reference::SCHEMA`].
+pub async fn start(
+    config: HostConfig,
+    planner: planner::AnyPlanner,
+) -> Result<RunningHost, HostError> {
+    caseops_host::host::start::<Bundle, _, _, _>(
+        config,
+        App {
+            planner,
+            tools: |db: &caseops_host::store::Db| {
+                Dispatcher(tools::CaseOpsTools {
+                    repo: reference::SqlRepository { db: db.clone() },
+                })
+            },
+            resources: |db: &caseops_host::store::Db| reference::SqlRepository { db: db.clone() },
+        },
+    )
+    .await
 }

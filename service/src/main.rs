@@ -4,15 +4,17 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use caseops_service::api::dev_keys;
+use caseops_generated::Bundle;
+use caseops_host::host::{DEV_SIGNING_KEY, HostConfig, Only};
+use caseops_host::openai::{OpenAiConfig, OpenAiResponsesPlanner};
+use caseops_host::store::audit;
+use caseops_host::store::runs::SqlRunStore;
+use caseops_host::store::{Db, redact};
+use caseops_runtime::ContractBundle;
 use caseops_service::domain::reference_data;
-use caseops_service::host::{self, DEV_SIGNING_KEY, HostConfig, Only};
-use caseops_service::openai::{OpenAiConfig, OpenAiResponsesPlanner};
+use caseops_service::keys::dev_keys;
 use caseops_service::planner::{AnyPlanner, ConformancePlanner};
-use caseops_service::store::audit;
-use caseops_service::store::reference::seed;
-use caseops_service::store::runs::SqlRunStore;
-use caseops_service::store::{Db, redact};
+use caseops_service::reference::{SCHEMA, seed};
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use serde_json::{Value, json};
 
@@ -212,8 +214,9 @@ fn planner(args: PlannerArgs) -> Result<AnyPlanner, String> {
                 api_key,
                 reasoning_effort: args.openai_reasoning_effort,
                 timeout: std::time::Duration::from_secs(60),
+                instructions: Some(caseops_service::OPENAI_INSTRUCTIONS.to_string()),
             };
-            OpenAiResponsesPlanner::new(config)
+            OpenAiResponsesPlanner::new::<caseops_generated::Bundle>(config)
                 .map(|p| AnyPlanner::OpenAi(Box::new(p)))
                 .map_err(|e| e.to_string())
         }
@@ -298,7 +301,7 @@ fn default_db() -> String {
 
 #[tokio::main]
 async fn main() -> ExitCode {
-    caseops_service::install_tls_provider();
+    caseops_host::install_tls_provider();
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Demo { db } => demo(db.database).await,
@@ -425,7 +428,9 @@ async fn main() -> ExitCode {
 
 async fn open(db: DbArgs) -> Result<Db, String> {
     let url = db.database.unwrap_or_else(default_db);
-    Db::connect(&url, 4).await.map_err(|e| e.to_string())
+    Db::connect(&url, 4, &SCHEMA)
+        .await
+        .map_err(|e| e.to_string())
 }
 
 struct ServeOptions {
@@ -481,6 +486,7 @@ async fn serve(database: String, o: ServeOptions) -> Result<(), String> {
     }
     let config = HostConfig {
         database_url: database.clone(),
+        schema: &SCHEMA,
         api_listen: listen,
         mcp_listen,
         signing_key,
@@ -491,10 +497,11 @@ async fn serve(database: String, o: ServeOptions) -> Result<(), String> {
             OnlyArg::Mcp => Only::Mcp,
         }),
         lease_ms,
-        planner,
         workers,
     };
-    let running = host::start(config).await.map_err(|e| e.to_string())?;
+    let running = caseops_service::start(config, planner)
+        .await
+        .map_err(|e| e.to_string())?;
     // Production data is the operator's: only development serving loads the demo
     // tenants and cases (`caseops seed` loads them anywhere, on request).
     if !production {
@@ -535,8 +542,7 @@ async fn stop_signal() -> Result<&'static str, String> {
 /// `key=tenant:actor;key2=tenant2:actor2` → API principals with every tool scope.
 fn parse_api_keys(
     spec: &str,
-) -> Result<std::collections::HashMap<String, caseops_service::api::ApiPrincipal>, String> {
-    use caseops_runtime::ContractBundle;
+) -> Result<std::collections::HashMap<String, caseops_host::api::ApiPrincipal>, String> {
     let scopes: Vec<String> = caseops_generated::Bundle::TOOLS
         .iter()
         .map(|t| t.required_scope.to_string())
@@ -556,7 +562,7 @@ fn parse_api_keys(
         }
         keys.insert(
             key.to_string(),
-            caseops_service::api::ApiPrincipal {
+            caseops_host::api::ApiPrincipal {
                 tenant_id: tenant.into(),
                 actor: actor.into(),
                 scopes: scopes.clone(),
@@ -569,7 +575,9 @@ fn parse_api_keys(
 /// Opens an existing database without creating or migrating anything.
 async fn open_existing(db: DbArgs) -> Result<Db, String> {
     let url = db.database.unwrap_or_else(default_db);
-    Db::open_existing(&url, 2).await.map_err(|e| e.to_string())
+    Db::open_existing(&url, 2, &SCHEMA)
+        .await
+        .map_err(|e| e.to_string())
 }
 
 async fn list(
@@ -586,7 +594,7 @@ async fn list(
         .map_err(|e| e.to_string())?;
     if json {
         for r in &runs {
-            out!("{}", serde_json::to_string(r).unwrap_or_default());
+            out!("{}", r.to_json(Bundle::RESOURCE_ID_FIELD));
         }
         return Ok(());
     }
@@ -603,7 +611,7 @@ async fn list(
             "{:<44} {:<12} {:<10} {:>5}  {:<28} {}",
             r.run_id,
             r.status,
-            r.case_id,
+            r.resource_id,
             r.step_count,
             r.stop_reason.as_deref().unwrap_or("-"),
             r.created_at
@@ -637,7 +645,7 @@ async fn show(db: DbArgs, tenant: &str, run_id: &str) -> Result<(), String> {
     out!(
         "{}",
         serde_json::to_string_pretty(
-            &json!({ "run": run, "tool_executions": ledger, "checkpoints": cps })
+            &json!({ "run": run.to_json(Bundle::RESOURCE_ID_FIELD), "tool_executions": ledger, "checkpoints": cps })
         )
         .unwrap_or_default()
     );
@@ -686,18 +694,21 @@ async fn demo(database: Option<String>) -> Result<(), String> {
         }
     };
     let loopback: SocketAddr = "127.0.0.1:0".parse().expect("literal address");
-    let running = host::start(HostConfig {
-        database_url: database.clone(),
-        api_listen: loopback,
-        mcp_listen: loopback,
-        signing_key: DEV_SIGNING_KEY.to_string(),
-        keys: dev_keys(),
-        mcp_url: None,
-        only: None,
-        lease_ms: caseops_service::store::runs::DEFAULT_LEASE_MS,
-        planner: AnyPlanner::Conformance(ConformancePlanner),
-        workers: 8,
-    })
+    let running = caseops_service::start(
+        HostConfig {
+            database_url: database.clone(),
+            schema: &SCHEMA,
+            api_listen: loopback,
+            mcp_listen: loopback,
+            signing_key: DEV_SIGNING_KEY.to_string(),
+            keys: dev_keys(),
+            mcp_url: None,
+            only: None,
+            lease_ms: caseops_host::store::runs::DEFAULT_LEASE_MS,
+            workers: 8,
+        },
+        AnyPlanner::Conformance(ConformancePlanner),
+    )
     .await
     .map_err(|e| e.to_string())?;
     seed(&running.db, &reference_data())
@@ -824,7 +835,6 @@ async fn demo(database: Option<String>) -> Result<(), String> {
         out!("{}", line.trim_end());
     }
     {
-        use caseops_runtime::ContractBundle;
         let budgets = caseops_generated::Bundle::BUDGETS;
         out!(
             "budget: {} of {} steps, repeat limit {}, wall clock {} s",

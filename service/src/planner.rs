@@ -143,17 +143,7 @@ impl Planner for ConformancePlanner {
 #[derive(Debug, Clone)]
 pub enum AnyPlanner {
     Conformance(ConformancePlanner),
-    OpenAi(Box<crate::openai::OpenAiResponsesPlanner>),
-}
-
-impl AnyPlanner {
-    /// The model name recorded with runs (`None` for the conformance driver).
-    pub fn model(&self) -> Option<String> {
-        match self {
-            AnyPlanner::Conformance(_) => None,
-            AnyPlanner::OpenAi(p) => Some(p.model().to_string()),
-        }
-    }
+    OpenAi(Box<caseops_host::openai::OpenAiResponsesPlanner>),
 }
 
 impl Planner for AnyPlanner {
@@ -168,6 +158,13 @@ impl Planner for AnyPlanner {
         match self {
             AnyPlanner::Conformance(p) => p.is_external(),
             AnyPlanner::OpenAi(p) => p.is_external(),
+        }
+    }
+
+    fn model(&self) -> Option<String> {
+        match self {
+            AnyPlanner::Conformance(p) => p.model(),
+            AnyPlanner::OpenAi(p) => Planner::model(p.as_ref()),
         }
     }
 

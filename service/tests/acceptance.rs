@@ -453,7 +453,7 @@ async fn an_unreachable_tool_server_refuses_runs_instead_of_failing_them() {
     );
     let run = get(&s.api, "/v1/agent-runs/none").await;
     assert_eq!(run["status"], 404);
-    let db = caseops_service::store::Db::open_existing(&url, 1)
+    let db = caseops_host::store::Db::open_existing(&url, 1, &caseops_service::reference::SCHEMA)
         .await
         .unwrap();
     let runs = db.fetch_all("SELECT run_id FROM runs", &[]).await.unwrap();

@@ -104,9 +104,10 @@ fn production_serving_never_loads_the_demo_data() {
         "{printed:?}"
     );
     let cases = rt.block_on(async {
-        let db = caseops_service::store::Db::open_existing(&url, 1)
-            .await
-            .unwrap();
+        let db =
+            caseops_host::store::Db::open_existing(&url, 1, &caseops_service::reference::SCHEMA)
+                .await
+                .unwrap();
         db.fetch_all("SELECT case_id FROM cases", &[])
             .await
             .unwrap()

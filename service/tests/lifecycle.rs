@@ -50,7 +50,9 @@ async fn reference_run(api: &str) -> Value {
 }
 
 async fn idle_in_transaction(url: &str) -> i64 {
-    let db = caseops_service::store::Db::connect(url, 1).await.unwrap();
+    let db = caseops_host::store::Db::connect(url, 1, &caseops_service::reference::SCHEMA)
+        .await
+        .unwrap();
     let row = db
         .fetch_optional(
             "SELECT count(*)::bigint AS n FROM pg_stat_activity WHERE datname = current_database() AND state LIKE 'idle in transaction%'",
@@ -195,7 +197,9 @@ async fn a_replica_killed_under_load_has_its_runs_finished_by_the_others_within_
 
         // The survivors take every run over by themselves (no client asks), with
         // the exact result: time lying orphaned is not charged to the budget.
-        let db = caseops_service::store::Db::connect(&url, 1).await.unwrap();
+        let db = caseops_host::store::Db::connect(&url, 1, &caseops_service::reference::SCHEMA)
+            .await
+            .unwrap();
         loop {
             let open = db
                 .fetch_optional(
@@ -338,11 +342,13 @@ async fn a_database_outage_makes_readiness_fail_fast_and_every_run_completes_aft
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_run_left_before_its_first_checkpoint_is_started_over_without_any_client() {
     use caseops_generated::Bundle;
+    use caseops_host::store::runs::{NewRun, SqlRunStore};
     use caseops_runtime::{ContractBundle, RunSpec};
-    use caseops_service::store::runs::{NewRun, SqlRunStore};
     for (backend, url) in fresh_databases("nocheckpoint").await {
         // A process recorded the run and died before committing anything.
-        let db = caseops_service::store::Db::connect(&url, 2).await.unwrap();
+        let db = caseops_host::store::Db::connect(&url, 2, &caseops_service::reference::SCHEMA)
+            .await
+            .unwrap();
         let dead = SqlRunStore::new(db.clone()).with_lease_ms(100);
         let spec = RunSpec {
             run_id: "run-orphan-0001".into(),

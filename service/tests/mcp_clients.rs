@@ -7,13 +7,13 @@ use std::collections::VecDeque;
 use std::sync::Mutex;
 
 use caseops_generated::Bundle;
+use caseops_host::mcp::client::{McpClient, ReadinessError, compare_listings};
 use caseops_runtime::context::PlannerView;
 use caseops_runtime::store::MemoryStore;
 use caseops_runtime::{
     CallContext, CallStatus, ContractBundle, Engine, ExecError, Executor, Planner, PlannerError,
     RunSpec, ToolCall,
 };
-use caseops_service::mcp::client::{McpClient, ReadinessError, compare_listings};
 use mcp_support::*;
 use serde_json::{Value, json};
 

@@ -4,10 +4,10 @@
 mod mcp_support;
 
 use caseops_generated::Bundle;
+use caseops_host::mcp::jsonrpc;
+use caseops_host::mcp::server::{McpConfig, McpServer};
+use caseops_host::mcp::token::TokenVerifier;
 use caseops_runtime::{CallContext, ToolContract, ToolDispatch, ToolError};
-use caseops_service::mcp::jsonrpc;
-use caseops_service::mcp::server::{McpConfig, McpServer};
-use caseops_service::mcp::token::TokenVerifier;
 use mcp_support::*;
 use proptest::prelude::*;
 use serde_json::{Value, json};
@@ -58,13 +58,13 @@ impl ToolDispatch for Broken {
 
 #[tokio::test]
 async fn a_result_outside_the_output_schema_never_leaves_the_server() {
-    caseops_service::install_tls_provider();
+    caseops_host::install_tls_provider();
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let config = McpConfig::loopback(addr, ISSUER);
     let server = McpServer::<Bundle, _>::new(config.clone(), SECRET, Broken).unwrap();
     tokio::spawn(async move { axum::serve(listener, server.router()).await.unwrap() });
-    let issuer = caseops_service::mcp::token::TokenIssuer::new(
+    let issuer = caseops_host::mcp::token::TokenIssuer::new(
         SECRET,
         ISSUER,
         config.resource_url.clone(),

@@ -6,6 +6,9 @@ use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
 
 use caseops_fixture_generated::Bundle as Shelf;
+use caseops_host::mcp::client::McpClient;
+use caseops_host::mcp::server::{McpConfig, McpServer};
+use caseops_host::mcp::token::TokenIssuer;
 use caseops_runtime::context::PlannerView;
 use caseops_runtime::handler::idempotency_key;
 use caseops_runtime::store::MemoryStore;
@@ -13,9 +16,6 @@ use caseops_runtime::{
     CallContext, ContractBundle, Engine, Planner, PlannerError, RunSpec, ToolContract,
     ToolDispatch, ToolError,
 };
-use caseops_service::mcp::client::McpClient;
-use caseops_service::mcp::server::{McpConfig, McpServer};
-use caseops_service::mcp::token::TokenIssuer;
 use serde_json::{Value, json};
 
 const SECRET: &[u8] = b"test-signing-key-0123456789abcdef";

@@ -7,10 +7,10 @@ use axum::Router;
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
 use axum::routing::post;
+use caseops_host::openai::{OpenAiConfig, OpenAiResponsesPlanner};
 use caseops_runtime::Planner;
 use caseops_runtime::context::{PlannerView, ToolView};
 use caseops_runtime::goal_assembly::Goal;
-use caseops_service::openai::{OpenAiConfig, OpenAiResponsesPlanner};
 use serde_json::{Value, json};
 
 #[derive(Clone)]
@@ -54,12 +54,13 @@ async fn mock(
 }
 
 fn planner(base: &str) -> OpenAiResponsesPlanner {
-    OpenAiResponsesPlanner::new(OpenAiConfig {
+    OpenAiResponsesPlanner::new::<caseops_generated::Bundle>(OpenAiConfig {
         base_url: base.into(),
         model: "gpt-test".into(),
         api_key: "sk-test-SECRET-KEY".into(),
         reasoning_effort: Some("low".into()),
         timeout: Duration::from_millis(500),
+        instructions: Some(caseops_service::OPENAI_INSTRUCTIONS.into()),
     })
     .unwrap()
 }

@@ -7,6 +7,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use caseops_generated::{Bundle, Dispatcher};
+use caseops_host::store::runs::{Allocation, NewRun, SqlRunStore};
+use caseops_host::store::{Db, audit};
 use caseops_runtime::context::PlannerView;
 use caseops_runtime::{
     ContractBundle, Engine, ExecError, Executor, Planner, PlannerError, RunSpec, ToolCall,
@@ -14,9 +16,7 @@ use caseops_runtime::{
 };
 use caseops_service::domain::reference_data;
 use caseops_service::planner::ConformancePlanner;
-use caseops_service::store::reference::{SqlRepository, seed};
-use caseops_service::store::runs::{Allocation, NewRun, SqlRunStore};
-use caseops_service::store::{Db, audit};
+use caseops_service::reference::{SqlRepository, seed};
 use caseops_service::tools::CaseOpsTools;
 use db_support::fresh_databases;
 use serde_json::Value;
@@ -68,7 +68,9 @@ fn new_run(run_id: &str, key: &str, hash: &str) -> NewRun {
 }
 
 async fn setup(url: &str) -> (Db, SqlRunStore, Direct) {
-    let db = Db::connect(url, 8).await.unwrap();
+    let db = Db::connect(url, 8, &caseops_service::reference::SCHEMA)
+        .await
+        .unwrap();
     seed(&db, &reference_data()).await.unwrap();
     let direct = Direct(Dispatcher(CaseOpsTools {
         repo: SqlRepository { db: db.clone() },
@@ -318,10 +320,14 @@ async fn a_run_resumes_from_the_database_after_its_process_stopped() {
 
 #[tokio::test]
 async fn an_unreachable_database_is_one_line_naming_the_url_without_its_password() {
-    let err = Db::connect("postgres://app:hunter2@127.0.0.1:1/caseops", 1)
-        .await
-        .unwrap_err()
-        .to_string();
+    let err = Db::connect(
+        "postgres://app:hunter2@127.0.0.1:1/caseops",
+        1,
+        &caseops_service::reference::SCHEMA,
+    )
+    .await
+    .unwrap_err()
+    .to_string();
     assert!(
         err.contains("postgres://app:***@127.0.0.1:1/caseops"),
         "{err}"

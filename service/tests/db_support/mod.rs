@@ -132,7 +132,7 @@ async fn connect(admin: &str) -> Result<sqlx::AnyPool, sqlx::Error> {
 
 /// A new, empty database URL for each backend available.
 pub async fn fresh_databases(name: &str) -> Databases {
-    caseops_service::install_tls_provider();
+    caseops_host::install_tls_provider();
     let dir = std::env::temp_dir().join(unique(name));
     std::fs::create_dir_all(&dir).unwrap();
     let list = vec![(

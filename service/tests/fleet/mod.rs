@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use caseops_service::store::Db;
+use caseops_host::store::Db;
 use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
@@ -254,7 +254,9 @@ pub async fn finish_key(
 /// Every run in the database: finished `completed` with C-102's exact result,
 /// checkpoints numbered 1..=n, and the audit chain verifies.
 pub async fn assert_all_runs_exact(database: &str, expected_runs: usize, reference: &Value) {
-    let db = Db::connect(database, 2).await.unwrap();
+    let db = Db::connect(database, 2, &caseops_service::reference::SCHEMA)
+        .await
+        .unwrap();
     let rows = db
         .fetch_all(
             "SELECT run_id, status, final_result FROM runs ORDER BY run_id",

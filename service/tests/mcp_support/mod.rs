@@ -5,9 +5,9 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 use caseops_generated::{Bundle, Dispatcher};
+use caseops_host::mcp::server::{McpConfig, McpServer};
+use caseops_host::mcp::token::{TaskClaims, TokenIssuer};
 use caseops_service::domain::reference_data;
-use caseops_service::mcp::server::{McpConfig, McpServer};
-use caseops_service::mcp::token::{TaskClaims, TokenIssuer};
 use caseops_service::tools::{CaseOpsTools, MemoryRepository};
 use jsonwebtoken::{Algorithm, EncodingKey, Header};
 
@@ -27,7 +27,7 @@ pub struct TestServer {
 }
 
 pub async fn start_with(configure: impl FnOnce(&mut McpConfig)) -> TestServer {
-    caseops_service::install_tls_provider();
+    caseops_host::install_tls_provider();
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let mut config = McpConfig::loopback(addr, ISSUER);

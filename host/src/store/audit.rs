@@ -9,7 +9,6 @@ use caseops_runtime::fingerprint::{canonical_json, sha256_hex};
 use serde_json::{Value, json};
 
 pub const RUN_EVENT: &str = "agent.run";
-pub const COMPLETED_TOPIC: &str = "case.agent-run.completed.v1";
 /// The `prev_hash` of a tenant's first event.
 pub const GENESIS: &str = "0000000000000000000000000000000000000000000000000000000000000000";
 
@@ -24,10 +23,41 @@ pub fn event_hash(prev_hash: &str, seq: i64, kind: &str, run_id: &str, payload: 
     )
 }
 
+/// How a bundle's events are named: the outbox topic of a finished run
+/// (`<resource type in lowercase>.agent-run.completed.v1`, e.g.
+/// `order.agent-run.completed.v1`) and the key of the resource id in payloads (the
+/// bundle's resource id field, e.g. `order_id`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EventNames {
+    pub completed_topic: String,
+    pub resource_key: &'static str,
+}
+
+impl EventNames {
+    pub fn of<B: caseops_runtime::ContractBundle>() -> Self {
+        Self {
+            completed_topic: format!(
+                "{}.agent-run.completed.v1",
+                B::RESOURCE_TYPE.to_ascii_lowercase()
+            ),
+            resource_key: B::RESOURCE_ID_FIELD,
+        }
+    }
+}
+
+impl Default for EventNames {
+    fn default() -> Self {
+        Self {
+            completed_topic: "resource.agent-run.completed.v1".into(),
+            resource_key: "resource_id",
+        }
+    }
+}
+
 /// Who and what a terminal event is about.
 pub(crate) struct Who<'a> {
     pub tenant: &'a str,
-    pub case_id: &'a str,
+    pub resource_id: &'a str,
     pub actor: &'a str,
     /// The API request that started the run, for correlation with logs.
     pub request_id: Option<&'a str>,
@@ -40,9 +70,10 @@ pub(crate) async fn terminal_events(
     db: &Db,
     tx: &mut Tx,
     who: &Who<'_>,
+    names: &EventNames,
     outcome: &Outcome,
 ) -> Result<[Statement; 2], DbError> {
-    let (tenant, case_id, actor) = (who.tenant, who.case_id, who.actor);
+    let (tenant, actor) = (who.tenant, who.actor);
     // One appender per tenant chain at a time: on PostgreSQL a transaction-scoped
     // advisory lock on the tenant (SQLite's BEGIN IMMEDIATE already serializes).
     if db.dialect == super::Dialect::Postgres {
@@ -63,9 +94,8 @@ pub(crate) async fn terminal_events(
         None => (0, GENESIS.to_string()),
     };
     let seq = prev_seq + 1;
-    let payload = json!({
+    let mut payload = json!({
         "run_id": outcome.run_id,
-        "case_id": case_id,
         "actor": actor,
         "request_id": who.request_id,
         "status": outcome.status,
@@ -73,18 +103,19 @@ pub(crate) async fn terminal_events(
         "step_count": outcome.step_count,
         "outcome": outcome.final_answer.as_ref().and_then(|a| a.get("outcome")).cloned(),
     });
+    payload[names.resource_key] = json!(who.resource_id);
     let hash = event_hash(&prev_hash, seq, RUN_EVENT, &outcome.run_id, &payload);
     let now = now_ms();
-    let event = json!({
-        "type": COMPLETED_TOPIC,
+    let mut event = json!({
+        "type": names.completed_topic,
         "tenant_id": tenant,
         "run_id": outcome.run_id,
-        "case_id": case_id,
         "request_id": who.request_id,
         "status": outcome.status,
         "stop_reason": outcome.stop_reason,
         "result": outcome.final_answer,
     });
+    event[names.resource_key] = json!(who.resource_id);
     Ok([
         Statement::new(
             "INSERT INTO audit_events (tenant_id, seq, event_id, run_id, kind, payload, prev_hash, hash, at_ms) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
@@ -106,7 +137,7 @@ pub(crate) async fn terminal_events(
                 uuid::Uuid::new_v4().to_string(),
                 tenant,
                 &outcome.run_id,
-                COMPLETED_TOPIC,
+                &names.completed_topic,
                 event.to_string(),
                 now
             ],

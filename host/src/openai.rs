@@ -7,7 +7,6 @@
 
 use std::time::Duration;
 
-use caseops_generated::Bundle;
 use caseops_runtime::context::PlannerView;
 use caseops_runtime::{ContractBundle, Planner, PlannerError};
 use serde_json::{Value, json};
@@ -21,6 +20,9 @@ pub struct OpenAiConfig {
     /// `low`, `medium` or `high`; left out of the request when `None`.
     pub reasoning_effort: Option<String>,
     pub timeout: Duration,
+    /// The system instructions; `None` gives a generic text naming the bundle's
+    /// resource type.
+    pub instructions: Option<String>,
 }
 
 impl std::fmt::Debug for OpenAiConfig {
@@ -31,6 +33,7 @@ impl std::fmt::Debug for OpenAiConfig {
             .field("api_key", &"***")
             .field("reasoning_effort", &self.reasoning_effort)
             .field("timeout", &self.timeout)
+            .field("instructions", &self.instructions)
             .finish()
     }
 }
@@ -41,10 +44,15 @@ pub struct OpenAiResponsesPlanner {
     http: reqwest::Client,
     tools: Vec<Value>,
     answer_schema: Value,
+    instructions: String,
 }
 
-const INSTRUCTIONS: &str = "You investigate one insurance claim case. Call one tool at a time to gather evidence. \
-When the evidence is sufficient, answer with the final JSON object only. Never invent document codes or evidence references.";
+fn default_instructions(resource_type: &str) -> String {
+    format!(
+        "You work on one {resource_type} towards the goal you are given. Call one tool at a time to gather evidence. \
+When the evidence is sufficient, answer with the final JSON object only. Never invent codes or evidence references."
+    )
+}
 
 /// The strict-mode subset of a JSON Schema (no `$schema`, `$id`, `title`, length bounds).
 fn strict_schema(schema: &Value) -> Value {
@@ -66,26 +74,28 @@ fn strict_schema(schema: &Value) -> Value {
 }
 
 impl OpenAiResponsesPlanner {
-    pub fn new(config: OpenAiConfig) -> Result<Self, PlannerError> {
+    /// A planner for bundle `B`: its strict tool definitions and final-answer schema.
+    pub fn new<B: ContractBundle>(config: OpenAiConfig) -> Result<Self, PlannerError> {
         crate::install_tls_provider();
         let http = reqwest::Client::builder()
             .timeout(config.timeout)
             .build()
             .map_err(|e| PlannerError(e.to_string()))?;
         let tools: Value =
-            serde_json::from_str(Bundle::OPENAI_TOOLS).map_err(|e| PlannerError(e.to_string()))?;
-        let answer: Value = serde_json::from_str(Bundle::FINAL_ANSWER_SCHEMA)
+            serde_json::from_str(B::OPENAI_TOOLS).map_err(|e| PlannerError(e.to_string()))?;
+        let answer: Value = serde_json::from_str(B::FINAL_ANSWER_SCHEMA)
             .map_err(|e| PlannerError(e.to_string()))?;
+        let instructions = config
+            .instructions
+            .clone()
+            .unwrap_or_else(|| default_instructions(B::RESOURCE_TYPE));
         Ok(Self {
             config,
             http,
+            instructions,
             tools: tools.as_array().cloned().unwrap_or_default(),
             answer_schema: strict_schema(&answer),
         })
-    }
-
-    pub fn model(&self) -> &str {
-        &self.config.model
     }
 
     /// The request body for one round (public for inspection in tests).
@@ -97,7 +107,7 @@ impl OpenAiResponsesPlanner {
             .collect();
         let mut body = json!({
             "model": self.config.model,
-            "instructions": INSTRUCTIONS,
+            "instructions": self.instructions,
             "input": [ { "role": "user", "content": serde_json::to_string(view).unwrap_or_default() } ],
             "tools": visible,
             "tool_choice": "auto",
@@ -166,6 +176,10 @@ impl OpenAiResponsesPlanner {
 impl Planner for OpenAiResponsesPlanner {
     fn kind(&self) -> &'static str {
         "openai-responses"
+    }
+
+    fn model(&self) -> Option<String> {
+        Some(self.config.model.clone())
     }
 
     async fn propose(&self, view: &PlannerView) -> Result<Value, PlannerError> {

@@ -3,18 +3,15 @@
 use std::net::SocketAddr;
 use std::sync::Arc;
 
-use caseops_generated::{Bundle, Dispatcher};
-use caseops_runtime::Engine;
+use caseops_runtime::{ContractBundle, Engine, Planner, ToolDispatch};
 
-use crate::api::{self, ApiPrincipal, AppState};
+use crate::api::{self, ApiPrincipal, AppState, Resources, RunContract};
 use crate::mcp::client::McpClient;
 use crate::mcp::server::{McpConfig, McpServer};
 use crate::mcp::token::TokenIssuer;
 use crate::metrics::Metrics;
-use crate::store::Db;
-use crate::store::reference::SqlRepository;
 use crate::store::runs::{RunSignals, SqlRunStore};
-use crate::tools::CaseOpsTools;
+use crate::store::{AppSchema, Db};
 use crate::worker::{Driver, WorkerConfig, Workers};
 use tokio_util::sync::CancellationToken;
 
@@ -32,6 +29,8 @@ pub enum Only {
 #[derive(Debug, Clone)]
 pub struct HostConfig {
     pub database_url: String,
+    /// The application's tables, migrated with the host's.
+    pub schema: &'static AppSchema,
     pub api_listen: SocketAddr,
     pub mcp_listen: SocketAddr,
     pub signing_key: String,
@@ -41,7 +40,6 @@ pub struct HostConfig {
     pub only: Option<Only>,
     /// How long a run's lease lasts without a renewal (see `SqlRunStore::claim`).
     pub lease_ms: i64,
-    pub planner: crate::planner::AnyPlanner,
     /// Runs driven at once by this process.
     pub workers: usize,
 }
@@ -153,7 +151,26 @@ async fn bind(addr: SocketAddr, flag: &'static str) -> Result<tokio::net::TcpLis
         })
 }
 
-pub async fn start(config: HostConfig) -> Result<RunningHost, HostError> {
+/// What an application brings to a host besides configuration: its tool handlers
+/// (built on the opened database), the planner, and the check that a resource
+/// exists (also built on the database).
+pub struct App<P, T, R> {
+    pub planner: P,
+    pub tools: T,
+    pub resources: R,
+}
+
+/// Starts the servers `config.only` selects for bundle `B`.
+pub async fn start<B, P, H, R>(
+    config: HostConfig,
+    app: App<P, impl FnOnce(&Db) -> H, impl FnOnce(&Db) -> R>,
+) -> Result<RunningHost, HostError>
+where
+    B: ContractBundle,
+    P: Planner + 'static,
+    H: ToolDispatch + 'static,
+    R: Resources,
+{
     // Both addresses first: a port in use fails before any database is created.
     let mcp_listener = match config.only {
         Some(Only::Api) => None,
@@ -163,9 +180,8 @@ pub async fn start(config: HostConfig) -> Result<RunningHost, HostError> {
         Some(Only::Mcp) => None,
         _ => Some(bind(config.api_listen, "--listen").await?),
     };
-    let db = Db::connect(&config.database_url, 8).await?;
+    let db = Db::connect(&config.database_url, 8, config.schema).await?;
     let key = config.signing_key.as_bytes().to_vec();
-    let repo = SqlRepository { db: db.clone() };
 
     let mut mcp_addr = None;
     let mut mcp = None;
@@ -175,12 +191,8 @@ pub async fn start(config: HostConfig) -> Result<RunningHost, HostError> {
             .map_err(|e| HostError::Setup(e.to_string()))?;
         let mcp_config = McpConfig::loopback(addr, TOKEN_ISSUER);
         let url = mcp_config.resource_url.clone();
-        let server = McpServer::<Bundle, _>::new(
-            mcp_config,
-            &key,
-            Dispatcher(CaseOpsTools { repo: repo.clone() }),
-        )
-        .map_err(|e| HostError::Setup(e.to_string()))?;
+        let server = McpServer::<B, _>::new(mcp_config, &key, (app.tools)(&db))
+            .map_err(|e| HostError::Setup(e.to_string()))?;
         mcp = Some(Server::spawn("mcp", listener, server.router()));
         mcp_addr = Some(addr);
         url
@@ -199,26 +211,29 @@ pub async fn start(config: HostConfig) -> Result<RunningHost, HostError> {
             &key,
             TOKEN_ISSUER,
             mcp_url.clone(),
-            "case_id",
+            B::RESOURCE_ID_FIELD,
             TOKEN_TTL_SECONDS,
         )
         .map_err(|e| HostError::Setup(e.to_string()))?;
         let signals = RunSignals::default();
         let runs = SqlRunStore::new(db.clone())
+            .for_bundle::<B>()
             .with_lease_ms(config.lease_ms)
             .with_signals(signals.clone());
-        let engine = Engine::<Bundle>::new().map_err(|e| HostError::Setup(e.to_string()))?;
+        let engine = Engine::<B>::new().map_err(|e| HostError::Setup(e.to_string()))?;
         let metrics = Arc::new(Metrics::default());
         let budget =
             std::time::Duration::from_secs(u64::from(engine.budgets().max_wall_clock_seconds));
+        let planner_kind = app.planner.kind();
+        let planner_model = app.planner.model();
         let driver = Driver {
             engine,
-            planner: config.planner.clone(),
-            executor: McpClient::new(mcp_url.clone(), issuer),
-            runs: runs.clone(),
+            planner: app.planner,
+            executor: McpClient::<B>::new(mcp_url.clone(), issuer),
         };
         let pool = Workers::start(
             driver,
+            runs.clone(),
             metrics.clone(),
             signals,
             WorkerConfig::for_lease(config.workers, config.lease_ms),
@@ -229,13 +244,14 @@ pub async fn start(config: HostConfig) -> Result<RunningHost, HostError> {
             eprintln!("caseops: the mcp server at `{mcp_url}` is not ready: {e}");
         }
         let state = AppState {
+            contract: RunContract::of::<B>(),
             runs,
-            repo,
+            resources: Arc::new((app.resources)(&db)),
             workers: pool.clone(),
             keys: config.keys.clone(),
             metrics,
-            planner_kind: caseops_runtime::Planner::kind(&config.planner),
-            planner_model: config.planner.model(),
+            planner_kind,
+            planner_model,
             // A run ends within its wall-clock budget once driven; a little more
             // covers a takeover. Past it the request answers 202.
             default_wait: budget + std::time::Duration::from_secs(10),

@@ -14,7 +14,8 @@ use serde_json::Value;
 pub struct RunRecord {
     pub run_id: String,
     pub tenant_id: String,
-    pub case_id: String,
+    /// The id of the run-bound resource.
+    pub resource_id: String,
     pub actor: String,
     pub idempotency_key: String,
     pub request_hash: String,
@@ -31,6 +32,20 @@ pub struct RunRecord {
     pub updated_at: i64,
     #[serde(skip)]
     pub spec: Option<RunSpec>,
+}
+
+impl RunRecord {
+    /// The record as JSON, with its resource id under the bundle's name for it
+    /// (e.g. `order_id`) rather than the generic `resource_id`.
+    pub fn to_json(&self, resource_key: &str) -> Value {
+        let mut v = serde_json::to_value(self).unwrap_or_default();
+        if let Some(obj) = v.as_object_mut()
+            && let Some(id) = obj.remove("resource_id")
+        {
+            obj.insert(resource_key.to_string(), id);
+        }
+        v
+    }
 }
 
 /// What a POST asks for, before a run exists.
@@ -176,6 +191,8 @@ pub struct SqlRunStore {
     pub lease_ms: i64,
     /// Where commits are announced (waiting requests, event streams).
     signals: Option<RunSignals>,
+    /// How terminal audit and outbox events name the run's resource.
+    events: audit::EventNames,
 }
 
 /// Default lease. A driver renews its lease every third of it (and at every commit),
@@ -193,7 +210,7 @@ const PG_GATE: &str = "EXISTS (SELECT 1 FROM fence)";
 /// `SELECT <the columns [`record`] reads> FROM runs <tail>`, as a literal.
 macro_rules! select_runs {
     ($tail:literal) => {
-        concat!("SELECT run_id, tenant_id, case_id, actor, idempotency_key, request_hash, goal, planner_kind, model, status, state, step_count, spec, final_result, stop_reason, bundle_digest, created_at, updated_at FROM runs ", $tail)
+        concat!("SELECT run_id, tenant_id, resource_id, actor, idempotency_key, request_hash, goal, planner_kind, model, status, state, step_count, spec, final_result, stop_reason, bundle_digest, created_at, updated_at FROM runs ", $tail)
     };
 }
 
@@ -231,7 +248,7 @@ fn record(row: &Row) -> Result<RunRecord, DbError> {
     Ok(RunRecord {
         run_id: row.get("run_id")?,
         tenant_id: row.get("tenant_id")?,
-        case_id: row.get("case_id")?,
+        resource_id: row.get("resource_id")?,
         actor: row.get("actor")?,
         idempotency_key: row.get("idempotency_key")?,
         request_hash: row.get("request_hash")?,
@@ -264,7 +281,14 @@ impl SqlRunStore {
             ),
             lease_ms: DEFAULT_LEASE_MS,
             signals: None,
+            events: audit::EventNames::default(),
         }
+    }
+
+    /// Names terminal events after bundle `B` (topic and resource key).
+    pub fn for_bundle<B: caseops_runtime::ContractBundle>(mut self) -> Self {
+        self.events = audit::EventNames::of::<B>();
+        self
     }
 
     /// Announces every commit on `changes`.
@@ -429,7 +453,7 @@ impl SqlRunStore {
     pub async fn create(&self, new: &NewRun) -> Result<Allocation, DbError> {
         let now = now_ms();
         let spec = serde_json::to_string(&new.spec).expect("specs serialize");
-        let inserted = self.db.execute("INSERT INTO runs (run_id, tenant_id, case_id, actor, idempotency_key, request_hash, request_id, goal, planner_kind, model, status, state, step_count, spec, bundle_digest, created_at, updated_at, lease_owner, lease_expires_at) \
+        let inserted = self.db.execute("INSERT INTO runs (run_id, tenant_id, resource_id, actor, idempotency_key, request_hash, request_id, goal, planner_kind, model, status, state, step_count, spec, bundle_digest, created_at, updated_at, lease_owner, lease_expires_at) \
              VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 'running', 'created', 0, ?, ?, ?, ?, ?, ?) ON CONFLICT (tenant_id, idempotency_key) DO NOTHING", &params![&new.spec.run_id, &new.spec.tenant_id, &new.spec.resource_id, &new.actor, &new.idempotency_key, &new.request_hash, &new.request_id, &new.spec.goal, &new.planner_kind, &new.model, spec, &new.bundle_digest, now, now, &self.owner, now + self.lease_ms])
         .await?;
         if inserted == 1 {
@@ -437,7 +461,7 @@ impl SqlRunStore {
             return Ok(Allocation::New(RunRecord {
                 run_id: new.spec.run_id.clone(),
                 tenant_id: new.spec.tenant_id.clone(),
-                case_id: new.spec.resource_id.clone(),
+                resource_id: new.spec.resource_id.clone(),
                 actor: new.actor.clone(),
                 idempotency_key: new.idempotency_key.clone(),
                 request_hash: new.request_hash.clone(),
@@ -669,26 +693,28 @@ impl SqlRunStore {
             if let Some(outcome) = &batch.outcome {
                 let run = tx
                     .fetch_optional(
-                        "SELECT tenant_id, case_id, actor, request_id FROM runs WHERE run_id = ?",
+                        "SELECT tenant_id, resource_id, actor, request_id FROM runs WHERE run_id = ?",
                         &params![&batch.run_id],
                     )
                     .await?
                     .ok_or_else(|| DbError::LeaseLost {
                         run_id: batch.run_id.clone(),
                     })?;
-                let (tenant, case, actor): (String, String, String) = (
+                let (tenant, resource, actor): (String, String, String) = (
                     run.get("tenant_id")?,
-                    run.get("case_id")?,
+                    run.get("resource_id")?,
                     run.get("actor")?,
                 );
                 let request_id: Option<String> = run.get("request_id")?;
                 let who = audit::Who {
                     tenant: &tenant,
-                    case_id: &case,
+                    resource_id: &resource,
                     actor: &actor,
                     request_id: request_id.as_deref(),
                 };
-                events.extend(audit::terminal_events(db, &mut tx, &who, outcome).await?);
+                events.extend(
+                    audit::terminal_events(db, &mut tx, &who, &self.events, outcome).await?,
+                );
             }
             let held = match db.dialect {
                 Dialect::Postgres => {

@@ -1,11 +1,25 @@
 //! The claims domain in the database: seeding the reference data and the
 //! tenant-scoped repository the tools read.
 
-use super::{Db, DbError};
-use crate::domain::{AliasRule, Case, ClaimPolicy, ReferenceData, SourceDocument};
-use crate::params;
-use crate::tools::CaseRepository;
+use caseops_host::api::Resources;
+use caseops_host::params;
+use caseops_host::store::{AppSchema, Db, DbError, Migration};
 use caseops_runtime::ToolError;
+
+use crate::domain::{AliasRule, Case, ClaimPolicy, ReferenceData, SourceDocument};
+use crate::tools::CaseRepository;
+
+/// The claims domain's tables, migrated with the host's. Version 2 predates the
+/// host crate (the host's own run between 1 and 4); the next one is 1000 or above.
+pub const SCHEMA: AppSchema = AppSchema {
+    migrations: &[Migration {
+        version: 2,
+        description: "reference",
+        sqlite: include_str!("../migrations/sqlite/0002_reference.sql"),
+        postgres: include_str!("../migrations/postgres/0002_reference.sql"),
+    }],
+    tables: &["claim_policies", "cases", "source_documents", "alias_rules"],
+};
 
 /// Writes the reference data; rows that exist are left as they are.
 pub async fn seed(db: &Db, data: &ReferenceData) -> Result<(), DbError> {
@@ -34,6 +48,23 @@ pub async fn seed(db: &Db, data: &ReferenceData) -> Result<(), DbError> {
 #[derive(Debug, Clone)]
 pub struct SqlRepository {
     pub db: Db,
+}
+
+/// The API's question "does this case exist for this tenant?", from the case table.
+impl Resources for SqlRepository {
+    fn exists<'a>(
+        &'a self,
+        tenant_id: &'a str,
+        resource_id: &'a str,
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = Result<bool, String>> + Send + 'a>>
+    {
+        Box::pin(async move {
+            self.case(tenant_id, resource_id)
+                .await
+                .map(|c| c.is_some())
+                .map_err(|e| e.to_string())
+        })
+    }
 }
 
 fn unavailable(e: impl std::fmt::Display) -> ToolError {

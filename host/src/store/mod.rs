@@ -3,7 +3,6 @@
 //! `$n`; `sql.rs` runs them on either.
 
 pub mod audit;
-pub mod reference;
 pub mod runs;
 pub mod sql;
 
@@ -12,7 +11,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use sqlx::SqlStr;
 use sqlx::any::{AnyPoolOptions, install_default_drivers};
-use sqlx::migrate::{Migration, MigrationSource, MigrationType, Migrator};
+use sqlx::migrate::{Migration as SqlxMigration, MigrationSource, MigrationType, Migrator};
 
 use sql::{Backend, Param, Row, Tx};
 
@@ -61,6 +60,7 @@ pub enum DbError {
 pub struct Db {
     backend: Arc<Backend>,
     pub dialect: Dialect,
+    schema: &'static AppSchema,
     commits: Arc<AtomicUsize>,
 }
 
@@ -78,43 +78,84 @@ pub fn redact(url: &str) -> String {
     }
 }
 
-#[derive(Debug)]
-struct Embedded(Dialect);
+/// One schema change, written for both dialects.
+#[derive(Debug, Clone, Copy)]
+pub struct Migration {
+    /// Applied in ascending order; the host's own use 1–999 (see [`HOST_MIGRATIONS`]),
+    /// an application numbers its own from 1000.
+    pub version: i64,
+    pub description: &'static str,
+    pub sqlite: &'static str,
+    pub postgres: &'static str,
+}
 
-const SQLITE: &[(i64, &str, &str)] = &[
-    (
-        1,
-        "runs",
-        include_str!("../../migrations/sqlite/0001_runs.sql"),
-    ),
-    (
-        2,
-        "reference",
-        include_str!("../../migrations/sqlite/0002_reference.sql"),
-    ),
-    (
-        3,
-        "health",
-        include_str!("../../migrations/sqlite/0003_health.sql"),
-    ),
+/// The tables and migrations an application adds to the host's (its reference
+/// data, say). The host's runs, ledger, audit and outbox tables are always there.
+#[derive(Debug, Clone, Copy)]
+pub struct AppSchema {
+    pub migrations: &'static [Migration],
+    /// Tables its migrations create: a SQLite file claiming the schema version but
+    /// lacking one is refused at open.
+    pub tables: &'static [&'static str],
+}
+
+impl AppSchema {
+    /// No tables beyond the host's.
+    pub const NONE: AppSchema = AppSchema {
+        migrations: &[],
+        tables: &[],
+    };
+}
+
+/// The host's own schema: runs, checkpoints, tool ledger, audit chain and outbox.
+pub const HOST_MIGRATIONS: &[Migration] = &[
+    Migration {
+        version: 1,
+        description: "runs",
+        sqlite: include_str!("../../migrations/sqlite/0001_runs.sql"),
+        postgres: include_str!("../../migrations/postgres/0001_runs.sql"),
+    },
+    Migration {
+        version: 3,
+        description: "health",
+        sqlite: include_str!("../../migrations/sqlite/0003_health.sql"),
+        postgres: include_str!("../../migrations/postgres/0003_health.sql"),
+    },
+    Migration {
+        version: 4,
+        description: "resource id",
+        sqlite: include_str!("../../migrations/sqlite/0004_resource_id.sql"),
+        postgres: include_str!("../../migrations/postgres/0004_resource_id.sql"),
+    },
 ];
-const POSTGRES: &[(i64, &str, &str)] = &[
-    (
-        1,
-        "runs",
-        include_str!("../../migrations/postgres/0001_runs.sql"),
-    ),
-    (
-        2,
-        "reference",
-        include_str!("../../migrations/postgres/0002_reference.sql"),
-    ),
-    (
-        3,
-        "health",
-        include_str!("../../migrations/postgres/0003_health.sql"),
-    ),
+
+const HOST_TABLES: &[&str] = &[
+    "runs",
+    "checkpoints",
+    "tool_executions",
+    "audit_events",
+    "outbox_events",
+    "health_probe",
 ];
+
+/// The host's migrations and the application's, in version order.
+fn migrations(app: &AppSchema) -> Vec<Migration> {
+    let mut all: Vec<Migration> = HOST_MIGRATIONS
+        .iter()
+        .chain(app.migrations)
+        .copied()
+        .collect();
+    all.sort_by_key(|m| m.version);
+    all
+}
+
+/// The schema version a database of this build has: its last migration.
+fn latest(app: &AppSchema) -> i64 {
+    migrations(app).last().map_or(0, |m| m.version)
+}
+
+#[derive(Debug)]
+struct Embedded(&'static AppSchema);
 
 impl MigrationSource<'static> for Embedded {
     #[allow(clippy::type_complexity)]
@@ -122,23 +163,19 @@ impl MigrationSource<'static> for Embedded {
         self,
     ) -> std::pin::Pin<
         Box<
-            dyn std::future::Future<Output = Result<Vec<Migration>, sqlx::error::BoxDynError>>
+            dyn std::future::Future<Output = Result<Vec<SqlxMigration>, sqlx::error::BoxDynError>>
                 + Send
                 + 'static,
         >,
     > {
-        let list = match self.0 {
-            Dialect::Sqlite => SQLITE,
-            Dialect::Postgres => POSTGRES,
-        };
-        let migrations = list
-            .iter()
-            .map(|(v, d, sql)| {
-                Migration::new(
-                    *v,
-                    (*d).into(),
+        let migrations = migrations(self.0)
+            .into_iter()
+            .map(|m| {
+                SqlxMigration::new(
+                    m.version,
+                    m.description.into(),
                     MigrationType::Simple,
-                    SqlStr::from_static(sql),
+                    SqlStr::from_static(m.postgres),
                     false,
                 )
             })
@@ -148,10 +185,15 @@ impl MigrationSource<'static> for Embedded {
 }
 
 impl Db {
-    /// Opens (creating a SQLite file if needed) and migrates. `url` is
-    /// `sqlite:///path/to/file.db`, `sqlite://relative.db` or `postgres://…`.
-    pub async fn connect(url: &str, max_connections: u32) -> Result<Self, DbError> {
-        let db = Self::open(url, max_connections, true).await?;
+    /// Opens (creating a SQLite file if needed) and migrates to the host's schema
+    /// plus `app`'s. `url` is `sqlite:///path/to/file.db`, `sqlite://relative.db`
+    /// or `postgres://…`.
+    pub async fn connect(
+        url: &str,
+        max_connections: u32,
+        app: &'static AppSchema,
+    ) -> Result<Self, DbError> {
+        let db = Self::open(url, max_connections, true, app).await?;
         db.migrate().await?;
         Ok(db)
     }
@@ -159,10 +201,14 @@ impl Db {
     /// Opens a database that exists, for commands that only inspect it: never
     /// creates a file, never migrates, and refuses a schema other than this
     /// build's (older: migrate it; newer: upgrade caseops).
-    pub async fn open_existing(url: &str, max_connections: u32) -> Result<Self, DbError> {
-        let db = Self::open(url, max_connections, false).await?;
+    pub async fn open_existing(
+        url: &str,
+        max_connections: u32,
+        app: &'static AppSchema,
+    ) -> Result<Self, DbError> {
+        let db = Self::open(url, max_connections, false, app).await?;
         let found = db.schema_version().await?;
-        let expected = SQLITE.len() as i64;
+        let expected = latest(app);
         if found != expected {
             return Err(DbError::Schema {
                 url: redact(url),
@@ -204,7 +250,12 @@ impl Db {
         }
     }
 
-    async fn open(url: &str, max_connections: u32, create: bool) -> Result<Self, DbError> {
+    async fn open(
+        url: &str,
+        max_connections: u32,
+        create: bool,
+        schema: &'static AppSchema,
+    ) -> Result<Self, DbError> {
         let connect_error = |message: String| DbError::Connect {
             url: redact(url),
             message,
@@ -270,6 +321,7 @@ impl Db {
         Ok(Db {
             backend: Arc::new(backend),
             dialect,
+            schema,
             commits: Default::default(),
         })
     }
@@ -278,7 +330,7 @@ impl Db {
         let fail = |e: &dyn std::fmt::Display| DbError::Migrate(e.to_string());
         match &*self.backend {
             Backend::Postgres(pool) => {
-                let migrator = Migrator::new(Embedded(Dialect::Postgres))
+                let migrator = Migrator::new(Embedded(self.schema))
                     .await
                     .map_err(|e| fail(&e))?;
                 migrator.run(pool).await.map_err(|e| fail(&e))
@@ -290,14 +342,14 @@ impl Db {
                     .map_err(|e| fail(&e))?;
                 // A file from a newer caseops: its schema is not ours to use or to
                 // "migrate" backwards.
-                if found > SQLITE.len() as i64 {
+                let latest = latest(self.schema);
+                if found > latest {
                     return Err(DbError::Migrate(format!(
-                        "the database has schema version {found}, newer than this caseops ({}): upgrade caseops",
-                        SQLITE.len()
+                        "the database has schema version {found}, newer than this caseops ({latest}): upgrade caseops"
                     )));
                 }
-                migrate_sqlite(&mut conn).map_err(|e| fail(&e))?;
-                check_sqlite_tables(&conn)
+                migrate_sqlite(&mut conn, &migrations(self.schema)).map_err(|e| fail(&e))?;
+                check_sqlite_tables(&conn, self.schema)
             }
         }
     }
@@ -385,8 +437,11 @@ fn sqlite_path(rest: &str) -> &str {
 
 /// Applies the embedded SQLite migrations past the file's `user_version`, each in
 /// its own transaction with the version bump.
-fn migrate_sqlite(conn: &mut rusqlite::Connection) -> Result<(), rusqlite::Error> {
-    for (version, _, sql) in SQLITE {
+fn migrate_sqlite(
+    conn: &mut rusqlite::Connection,
+    list: &[Migration],
+) -> Result<(), rusqlite::Error> {
+    for m in list {
         // Read the version inside the write lock: two processes may start together.
         let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
         let mut current: i64 = tx.pragma_query_value(None, "user_version", |r| r.get(0))?;
@@ -401,9 +456,9 @@ fn migrate_sqlite(conn: &mut rusqlite::Connection) -> Result<(), rusqlite::Error
                 .unwrap_or(None)
                 .unwrap_or(0);
         }
-        if *version > current {
-            tx.execute_batch(sql)?;
-            tx.pragma_update(None, "user_version", version)?;
+        if m.version > current {
+            tx.execute_batch(m.sqlite)?;
+            tx.pragma_update(None, "user_version", m.version)?;
         }
         tx.commit()?;
     }
@@ -413,22 +468,9 @@ fn migrate_sqlite(conn: &mut rusqlite::Connection) -> Result<(), rusqlite::Error
 /// The tables the migrations create: a file whose `user_version` claims them but
 /// lacks one (copied, hand-edited) is refused now rather than failing later with
 /// `no such table`.
-const SQLITE_TABLES: &[&str] = &[
-    "runs",
-    "checkpoints",
-    "tool_executions",
-    "audit_events",
-    "outbox_events",
-    "claim_policies",
-    "cases",
-    "source_documents",
-    "alias_rules",
-    "health_probe",
-];
-
-fn check_sqlite_tables(conn: &rusqlite::Connection) -> Result<(), DbError> {
+fn check_sqlite_tables(conn: &rusqlite::Connection, app: &AppSchema) -> Result<(), DbError> {
     let mut missing = Vec::new();
-    for table in SQLITE_TABLES {
+    for table in HOST_TABLES.iter().chain(app.tables) {
         let found: i64 = conn.query_row(
             "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = ?1",
             [table],
@@ -490,23 +532,52 @@ mod tests {
         assert_eq!(sqlite_path("caseops.db"), "caseops.db");
     }
 
+    /// An application's own table, migrated after the host's.
+    const NOTES: AppSchema = AppSchema {
+        migrations: &[Migration {
+            version: 1000,
+            description: "notes",
+            sqlite: "CREATE TABLE notes (id TEXT PRIMARY KEY);",
+            postgres: "CREATE TABLE notes (id TEXT PRIMARY KEY);",
+        }],
+        tables: &["notes"],
+    };
+
+    #[test]
+    fn application_migrations_follow_the_hosts_in_version_order() {
+        let order: Vec<i64> = migrations(&NOTES).iter().map(|m| m.version).collect();
+        assert_eq!(order, [1, 3, 4, 1000]);
+        assert_eq!(latest(&NOTES), 1000);
+    }
+
+    #[tokio::test]
+    async fn a_database_without_an_applications_table_is_refused() {
+        let dir = std::env::temp_dir().join(format!("caseops-app-{}", uuid::Uuid::new_v4()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let url = format!("sqlite://{}", dir.join("a.db").display());
+        // Migrated by the application, then its table dropped by hand.
+        let db = Db::connect(&url, 1, &NOTES).await.unwrap();
+        db.execute("DROP TABLE notes", &[]).await.unwrap();
+        drop(db);
+        let err = Db::connect(&url, 1, &NOTES).await.unwrap_err().to_string();
+        assert!(err.contains("has no table `notes`"), "{err}");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
     #[tokio::test]
     async fn reopening_a_sqlite_file_does_not_reapply_migrations() {
         let dir = std::env::temp_dir().join(format!("caseops-migrate-{}", uuid::Uuid::new_v4()));
         std::fs::create_dir_all(&dir).unwrap();
         let url = format!("sqlite://{}", dir.join("m.db").display());
-        let first = Db::connect(&url, 1).await.unwrap();
+        let first = Db::connect(&url, 1, &NOTES).await.unwrap();
         first
-            .execute(
-                "INSERT INTO cases (tenant_id, case_id, version, status, policy_id, policy_version, received_codes) VALUES ('t', 'C-1', 1, 'open', 'p', '1', '[]')",
-                &[],
-            )
+            .execute("INSERT INTO notes (id) VALUES ('n-1')", &[])
             .await
             .unwrap();
         drop(first);
-        let again = Db::connect(&url, 1).await.unwrap();
+        let again = Db::connect(&url, 1, &NOTES).await.unwrap();
         let kept = again
-            .fetch_optional("SELECT case_id FROM cases WHERE tenant_id = 't'", &[])
+            .fetch_optional("SELECT id FROM notes WHERE id = 'n-1'", &[])
             .await
             .unwrap();
         assert!(kept.is_some(), "the second open kept the first one's rows");
@@ -519,10 +590,10 @@ mod tests {
         std::fs::create_dir_all(&dir).unwrap();
         let file = dir.join("l.db");
         let conn = rusqlite::Connection::open(&file).unwrap();
-        conn.pragma_update(None, "user_version", SQLITE.len() as i64)
+        conn.pragma_update(None, "user_version", latest(&AppSchema::NONE))
             .unwrap();
         drop(conn);
-        let err = Db::connect(&format!("sqlite://{}", file.display()), 1)
+        let err = Db::connect(&format!("sqlite://{}", file.display()), 1, &AppSchema::NONE)
             .await
             .unwrap_err()
             .to_string();
@@ -538,7 +609,7 @@ mod tests {
         let conn = rusqlite::Connection::open(&file).unwrap();
         conn.pragma_update(None, "user_version", 99).unwrap();
         drop(conn);
-        let err = Db::connect(&format!("sqlite://{}", file.display()), 1)
+        let err = Db::connect(&format!("sqlite://{}", file.display()), 1, &AppSchema::NONE)
             .await
             .unwrap_err()
             .to_string();
@@ -551,7 +622,7 @@ mod tests {
 
     #[tokio::test]
     async fn an_in_memory_sqlite_url_is_refused_with_the_reason() {
-        let err = Db::connect("sqlite::memory:", 1)
+        let err = Db::connect("sqlite::memory:", 1, &AppSchema::NONE)
             .await
             .unwrap_err()
             .to_string();

@@ -142,7 +142,7 @@ impl Follow {
             self.ready.push_back(
                 Event::default()
                     .event("end")
-                    .data(run_view(&record, false).to_string()),
+                    .data(run_view(&self.state, &record, false).to_string()),
             );
             self.done = true;
         }

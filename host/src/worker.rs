@@ -16,9 +16,11 @@ use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
-use caseops_generated::Bundle;
+use std::future::Future;
+use std::pin::Pin;
+
 use caseops_runtime::store::StoreError;
-use caseops_runtime::{Engine, Outcome, RunSpec, RuntimeError};
+use caseops_runtime::{ContractBundle, Engine, Outcome, Planner, RunSpec, RuntimeError};
 use tokio::sync::Semaphore;
 use tokio::task::AbortHandle;
 use tokio_util::sync::CancellationToken;
@@ -26,7 +28,6 @@ use tokio_util::task::TaskTracker;
 
 use crate::mcp::client::McpClient;
 use crate::metrics::Metrics;
-use crate::planner::AnyPlanner;
 use crate::store::DbError;
 use crate::store::runs::{RunRecord, RunSignals, Settlement, SqlRunStore};
 
@@ -38,12 +39,77 @@ const RETRY_AFTER_FAILURE_MS: i64 = 1_000;
 /// this process, changes wake it at once).
 const FOREIGN_POLL: Duration = Duration::from_millis(200);
 
-/// What runs are driven with.
-pub struct Driver {
-    pub engine: Engine<Bundle>,
-    pub planner: AnyPlanner,
-    pub executor: McpClient<Bundle>,
-    pub runs: SqlRunStore,
+/// A run being driven, to its end or its hand-over.
+pub type Driving<'a> = Pin<Box<dyn Future<Output = Result<Outcome, RuntimeError>> + Send + 'a>>;
+
+/// The typed half of driving runs (one bundle's engine, a planner, the MCP client)
+/// behind one object, so that the worker pool and the API are not generic over the
+/// bundle.
+pub trait DriveRuns: Send + Sync + 'static {
+    /// Drives a new run from its spec.
+    fn start<'a>(
+        &'a self,
+        spec: RunSpec,
+        runs: &'a SqlRunStore,
+        interrupt: &'a AtomicBool,
+    ) -> Driving<'a>;
+    /// Drives a run from its last committed checkpoint.
+    fn resume<'a>(
+        &'a self,
+        run_id: &'a str,
+        runs: &'a SqlRunStore,
+        interrupt: &'a AtomicBool,
+    ) -> Driving<'a>;
+    /// Checks that the tool server lists exactly the compiled tools.
+    fn check_tools(&self) -> Pin<Box<dyn Future<Output = Result<(), String>> + Send + '_>>;
+}
+
+/// What runs of bundle `B` are driven with.
+pub struct Driver<B: ContractBundle, P> {
+    pub engine: Engine<B>,
+    pub planner: P,
+    pub executor: McpClient<B>,
+}
+
+impl<B: ContractBundle, P: Planner + 'static> DriveRuns for Driver<B, P> {
+    fn start<'a>(
+        &'a self,
+        spec: RunSpec,
+        runs: &'a SqlRunStore,
+        interrupt: &'a AtomicBool,
+    ) -> Driving<'a> {
+        Box::pin(self.engine.start_interruptible(
+            spec,
+            &self.planner,
+            &self.executor,
+            runs,
+            interrupt,
+        ))
+    }
+
+    fn resume<'a>(
+        &'a self,
+        run_id: &'a str,
+        runs: &'a SqlRunStore,
+        interrupt: &'a AtomicBool,
+    ) -> Driving<'a> {
+        Box::pin(self.engine.resume_interruptible(
+            run_id,
+            &self.planner,
+            &self.executor,
+            runs,
+            interrupt,
+        ))
+    }
+
+    fn check_tools(&self) -> Pin<Box<dyn Future<Output = Result<(), String>> + Send + '_>> {
+        Box::pin(async move {
+            self.executor
+                .check_listing()
+                .await
+                .map_err(|e| e.to_string())
+        })
+    }
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -76,7 +142,8 @@ pub enum Waited {
 }
 
 pub struct Workers {
-    driver: Arc<Driver>,
+    driver: Arc<dyn DriveRuns>,
+    runs: SqlRunStore,
     metrics: Arc<Metrics>,
     slots: Arc<Semaphore>,
     tracker: TaskTracker,
@@ -102,13 +169,15 @@ const MCP_CHECK_WITHIN: Duration = Duration::from_millis(900);
 impl Workers {
     /// Creates the pool and starts its claim loop (owned by the pool's tracker).
     pub fn start(
-        driver: Driver,
+        driver: impl DriveRuns,
+        runs: SqlRunStore,
         metrics: Arc<Metrics>,
         signals: RunSignals,
         config: WorkerConfig,
     ) -> Arc<Self> {
         let workers = Arc::new(Self {
             driver: Arc::new(driver),
+            runs,
             metrics,
             slots: Arc::new(Semaphore::new(config.workers)),
             tracker: TaskTracker::new(),
@@ -129,11 +198,10 @@ impl Workers {
     /// Checks the MCP tool server now (its listing must be the compiled one,
     /// within 900 ms) and remembers the answer for [`Workers::mcp_ready`].
     pub async fn check_mcp(&self) -> Result<(), String> {
-        let checked =
-            tokio::time::timeout(MCP_CHECK_WITHIN, self.driver.executor.check_listing()).await;
+        let checked = tokio::time::timeout(MCP_CHECK_WITHIN, self.driver.check_tools()).await;
         let result = match checked {
             Ok(Ok(())) => Ok(()),
-            Ok(Err(e)) => Err(e.to_string()),
+            Ok(Err(e)) => Err(e),
             Err(_) => Err("the mcp server did not answer within 900 ms".to_string()),
         };
         self.mcp_ready
@@ -157,11 +225,7 @@ impl Workers {
     }
 
     pub fn runs(&self) -> &SqlRunStore {
-        &self.driver.runs
-    }
-
-    pub fn driver(&self) -> &Driver {
-        &self.driver
+        &self.runs
     }
 
     /// Whether the process is shutting down.
@@ -188,7 +252,7 @@ impl Workers {
         fresh: Option<RunSpec>,
     ) -> Result<(), DbError> {
         if !self.submit(run_id, fresh) {
-            self.driver.runs.release(run_id, 0).await?;
+            self.runs.release(run_id, 0).await?;
         }
         Ok(())
     }
@@ -222,23 +286,17 @@ impl Workers {
     }
 
     async fn drive(&self, run_id: &str, fresh: Option<RunSpec>) {
-        let d = &*self.driver;
-        let start = |spec: RunSpec| {
-            d.engine
-                .start_interruptible(spec, &d.planner, &d.executor, &d.runs, &*self.interrupt)
-        };
+        let (d, runs) = (&*self.driver, &self.runs);
+        let start = |spec: RunSpec| d.start(spec, runs, &self.interrupt);
         let work = async {
             if let Some(spec) = fresh {
                 return start(spec).await;
             }
-            let resumed = d
-                .engine
-                .resume_interruptible(run_id, &d.planner, &d.executor, &d.runs, &*self.interrupt)
-                .await;
+            let resumed = d.resume(run_id, runs, &self.interrupt).await;
             match resumed {
                 // Never committed a checkpoint: it starts from the beginning with
                 // the spec recorded when it was created.
-                Err(RuntimeError::NotFound(_)) => match d.runs.record(run_id).await {
+                Err(RuntimeError::NotFound(_)) => match runs.record(run_id).await {
                     Ok(Some(RunRecord {
                         spec: Some(spec), ..
                     })) => start(spec).await,
@@ -248,10 +306,10 @@ impl Workers {
                 other => other,
             }
         };
-        match d.runs.while_leased(run_id, work).await {
+        match runs.while_leased(run_id, work).await {
             Some(Ok(outcome)) => self.finished(&outcome).await,
             Some(Err(RuntimeError::Interrupted(_))) => {
-                if let Err(e) = d.runs.release(run_id, 0).await {
+                if let Err(e) = runs.release(run_id, 0).await {
                     eprintln!("caseops: releasing `{run_id}` failed (its lease will expire): {e}");
                 }
             }
@@ -259,13 +317,13 @@ impl Workers {
             None | Some(Err(RuntimeError::Store(StoreError::LeaseLost { .. }))) => {}
             Some(Err(e)) => {
                 eprintln!("caseops: driving `{run_id}` failed; it will be retried: {e}");
-                let _ = d.runs.release(run_id, RETRY_AFTER_FAILURE_MS).await;
+                let _ = runs.release(run_id, RETRY_AFTER_FAILURE_MS).await;
             }
         }
     }
 
     async fn finished(&self, outcome: &Outcome) {
-        let runs = &self.driver.runs;
+        let runs = &self.runs;
         let ledger = match runs.record(&outcome.run_id).await {
             Ok(Some(r)) => runs
                 .ledger(&r.tenant_id, &r.run_id)
@@ -288,7 +346,7 @@ impl Workers {
             if free == 0 {
                 continue;
             }
-            match self.driver.runs.claim_due(free as i64).await {
+            match self.runs.claim_due(free as i64).await {
                 Ok(ids) => {
                     failing = false;
                     for id in ids {
@@ -322,16 +380,17 @@ impl Workers {
     ) -> Result<Waited, DbError> {
         let deadline = tokio::time::Instant::now() + wait;
         loop {
-            let record =
-                match current.take() {
-                    Some(r) => r,
-                    None => self.driver.runs.get(tenant, run_id).await?.ok_or_else(|| {
-                        DbError::Corrupt {
-                            table: "runs",
-                            message: format!("run `{run_id}` vanished"),
-                        }
+            let record = match current.take() {
+                Some(r) => r,
+                None => self
+                    .runs
+                    .get(tenant, run_id)
+                    .await?
+                    .ok_or_else(|| DbError::Corrupt {
+                        table: "runs",
+                        message: format!("run `{run_id}` vanished"),
                     })?,
-                };
+            };
             if SqlRunStore::outcome_of(&record).is_some() {
                 return Ok(Waited::Finished(record));
             }
@@ -377,7 +436,7 @@ impl Workers {
             }
             let _ = tokio::time::timeout(Duration::from_secs(2), self.tracker.wait()).await;
         }
-        match self.driver.runs.release_all().await {
+        match self.runs.release_all().await {
             Ok(0) => {}
             Ok(n) => eprintln!("caseops: released {n} runs for other replicas"),
             Err(e) => eprintln!("caseops: releasing leases failed (they will expire): {e}"),

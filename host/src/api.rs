@@ -1,4 +1,5 @@
-//! The HTTP API: start agent runs on cases, read runs, their ledger and checkpoints.
+//! The HTTP API: start agent runs on a bundle's resources (on the route its run
+//! contract declares), read runs, their ledger and checkpoints.
 //! Errors are RFC 9457 problem details.
 
 // Handlers return `Result<_, Response>` to short-circuit with a ready response; the
@@ -14,16 +15,13 @@ use axum::extract::{Path, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
-use caseops_generated::Bundle;
 use caseops_runtime::fingerprint::{canonical_json, sha256_hex};
 use caseops_runtime::{ContractBundle, RunSpec};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
 use crate::metrics::Metrics;
-use crate::store::reference::SqlRepository;
 use crate::store::runs::{Allocation, NewRun, RunRecord, SqlRunStore};
-use crate::tools::CaseRepository;
 use crate::worker::{Waited, Workers};
 
 /// Who an API key belongs to.
@@ -34,35 +32,46 @@ pub struct ApiPrincipal {
     pub scopes: Vec<String>,
 }
 
-/// Development keys: one per reference tenant. Production mode refuses them.
-pub fn dev_keys() -> HashMap<String, ApiPrincipal> {
-    let scopes: Vec<String> = Bundle::TOOLS
-        .iter()
-        .map(|t| t.required_scope.to_string())
-        .collect();
-    HashMap::from([
-        (
-            "dev-key-tenant-demo".to_string(),
-            ApiPrincipal {
-                tenant_id: "tenant-demo".into(),
-                actor: "user:demo-investigator".into(),
-                scopes: scopes.clone(),
-            },
-        ),
-        (
-            "dev-key-tenant-other".to_string(),
-            ApiPrincipal {
-                tenant_id: "tenant-other".into(),
-                actor: "user:other-investigator".into(),
-                scopes,
-            },
-        ),
-    ])
+/// Whether a resource exists for a tenant: the application's answer (a row in one
+/// of its tables, say). A resource of another tenant does not exist.
+pub trait Resources: Send + Sync + 'static {
+    fn exists<'a>(
+        &'a self,
+        tenant_id: &'a str,
+        resource_id: &'a str,
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = Result<bool, String>> + Send + 'a>>;
+}
+
+/// What the API needs to know of the compiled bundle, as values.
+#[derive(Debug, Clone)]
+pub struct RunContract {
+    pub resource_type: &'static str,
+    pub resource_id_field: &'static str,
+    pub runs_path: &'static str,
+    pub catalog: &'static [&'static str],
+    pub initial_stage: &'static str,
+    pub bundle_digest: &'static str,
+    pub final_answer_schema: &'static str,
+}
+
+impl RunContract {
+    pub fn of<B: ContractBundle>() -> Self {
+        Self {
+            resource_type: B::RESOURCE_TYPE,
+            resource_id_field: B::RESOURCE_ID_FIELD,
+            runs_path: B::RUNS_PATH,
+            catalog: B::CATALOG,
+            initial_stage: B::STAGES.first().copied().unwrap_or_default(),
+            bundle_digest: B::BUNDLE_DIGEST,
+            final_answer_schema: B::FINAL_ANSWER_SCHEMA,
+        }
+    }
 }
 
 pub struct AppState {
+    pub contract: RunContract,
     pub runs: SqlRunStore,
-    pub repo: SqlRepository,
+    pub resources: std::sync::Arc<dyn Resources>,
     pub workers: Arc<Workers>,
     pub keys: HashMap<String, ApiPrincipal>,
     pub metrics: Arc<Metrics>,
@@ -75,7 +84,7 @@ pub struct AppState {
 
 pub fn router(state: Arc<AppState>) -> Router {
     Router::new()
-        .route(Bundle::RUNS_PATH, post(start_run))
+        .route(state.contract.runs_path, post(start_run))
         .route("/v1/agent-runs/{run_id}", get(get_run))
         .route("/v1/agent-runs/{run_id}/tool-executions", get(get_ledger))
         .route("/v1/agent-runs/{run_id}/checkpoints", get(get_checkpoints))
@@ -83,7 +92,7 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/health/live", get(|| async { "ok" }))
         .route("/health/ready", get(ready))
         .route("/metrics", get(metrics))
-        .route("/openapi.json", get(|| async { axum::Json(openapi()) }))
+        .route("/openapi.json", get(openapi_json))
         .with_state(state)
 }
 
@@ -121,7 +130,7 @@ fn valid_idempotency_key(k: &str) -> bool {
             .all(|b| b.is_ascii_alphanumeric() || b".-_:".contains(&b))
 }
 
-fn valid_case_id(c: &str) -> bool {
+fn valid_resource_id(c: &str) -> bool {
     (1..=80).contains(&c.len())
         && c.bytes().next().is_some_and(|b| b.is_ascii_alphanumeric())
         && c.bytes()
@@ -134,10 +143,9 @@ struct StartBody {
     goal: String,
 }
 
-pub(crate) fn run_view(r: &RunRecord, replayed: bool) -> Value {
-    json!({
+pub(crate) fn run_view(state: &AppState, r: &RunRecord, replayed: bool) -> Value {
+    let mut view = json!({
         "run_id": r.run_id,
-        "case_id": r.case_id,
         "status": r.status,
         "state": r.state,
         "step_count": r.step_count,
@@ -148,11 +156,21 @@ pub(crate) fn run_view(r: &RunRecord, replayed: bool) -> Value {
         "replayed": replayed,
         "created_at_ms": r.created_at,
         "updated_at_ms": r.updated_at,
-    })
+    });
+    // The resource id under the bundle's own name for it (e.g. `order_id`).
+    view[state.contract.resource_id_field] = json!(r.resource_id);
+    view
 }
 
-fn not_found() -> Response {
-    problem(StatusCode::NOT_FOUND, "Not Found", "no such case")
+fn not_found(state: &AppState) -> Response {
+    problem(
+        StatusCode::NOT_FOUND,
+        "Not Found",
+        &format!(
+            "no such {}",
+            state.contract.resource_type.to_ascii_lowercase()
+        ),
+    )
 }
 
 pub(crate) fn internal(e: impl std::fmt::Display) -> Response {
@@ -252,8 +270,9 @@ async fn admit(
 }
 
 /// 202 Accepted: the run goes on; poll `Location` or follow its events.
-fn accepted(r: &RunRecord, prefer: Prefer) -> Response {
-    let mut response = (StatusCode::ACCEPTED, axum::Json(run_view(r, false))).into_response();
+fn accepted(state: &AppState, r: &RunRecord, prefer: Prefer) -> Response {
+    let mut response =
+        (StatusCode::ACCEPTED, axum::Json(run_view(state, r, false))).into_response();
     let h = response.headers_mut();
     if let Ok(v) = HeaderValue::from_str(&format!("/v1/agent-runs/{}", r.run_id)) {
         h.insert(header::LOCATION, v);
@@ -270,7 +289,7 @@ fn accepted(r: &RunRecord, prefer: Prefer) -> Response {
 
 async fn start_run(
     State(state): State<Arc<AppState>>,
-    Path(case_id): Path<String>,
+    Path(resource_id): Path<String>,
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
@@ -310,13 +329,13 @@ async fn start_run(
             "`goal` must be 1-2000 characters",
         );
     }
-    // A case of another tenant is exactly as absent as a case that does not exist.
-    if !valid_case_id(&case_id) {
-        return not_found();
+    // A resource of another tenant is exactly as absent as one that does not exist.
+    if !valid_resource_id(&resource_id) {
+        return not_found(&state);
     }
-    match state.repo.case(&who.tenant_id, &case_id).await {
-        Ok(Some(_)) => {}
-        Ok(None) => return not_found(),
+    match state.resources.exists(&who.tenant_id, &resource_id).await {
+        Ok(true) => {}
+        Ok(false) => return not_found(&state),
         Err(e) => return unavailable(e),
     }
     if state.workers.is_stopping() {
@@ -338,7 +357,7 @@ async fn start_run(
         .map(str::to_string)
         .unwrap_or_else(|| uuid::Uuid::new_v4().to_string());
     let request_hash = sha256_hex(
-        canonical_json(&json!({ "case_id": case_id, "goal": goal, "planner": state.planner_kind }))
+        canonical_json(&json!({ state.contract.resource_id_field: resource_id, "goal": goal, "planner": state.planner_kind }))
             .as_bytes(),
     );
     let spec = RunSpec {
@@ -346,10 +365,15 @@ async fn start_run(
         tenant_id: who.tenant_id.clone(),
         task_id: format!("task-{}", uuid::Uuid::new_v4()),
         subject: who.actor.clone(),
-        resource_id: case_id.clone(),
+        resource_id: resource_id.clone(),
         scopes: who.scopes.clone(),
-        catalog: Bundle::CATALOG.iter().map(|s| s.to_string()).collect(),
-        stage: Bundle::STAGES[0].to_string(),
+        catalog: state
+            .contract
+            .catalog
+            .iter()
+            .map(|s| s.to_string())
+            .collect(),
+        stage: state.contract.initial_stage.to_string(),
         goal: goal.to_string(),
         correlation_id: request_id.clone(),
     };
@@ -361,7 +385,7 @@ async fn start_run(
         request_id: Some(request_id),
         planner_kind: state.planner_kind.into(),
         model: state.planner_model.clone(),
-        bundle_digest: Bundle::BUNDLE_DIGEST.into(),
+        bundle_digest: state.contract.bundle_digest.into(),
     };
     let started = std::time::Instant::now();
     // A replay is answered from one read, here: nothing to write, nothing that a
@@ -380,7 +404,7 @@ async fn start_run(
         }
         if SqlRunStore::outcome_of(r).is_some() {
             state.metrics.run_replayed();
-            return (StatusCode::OK, axum::Json(run_view(r, true))).into_response();
+            return (StatusCode::OK, axum::Json(run_view(&state, r, true))).into_response();
         }
     }
     // Registered before the run is created or read again, so that its settlement
@@ -399,7 +423,7 @@ async fn start_run(
         Admitted::Conflict => return conflict(),
         Admitted::Finished(r) => {
             state.metrics.run_replayed();
-            return (StatusCode::OK, axum::Json(run_view(&r, true))).into_response();
+            return (StatusCode::OK, axum::Json(run_view(&state, &r, true))).into_response();
         }
         Admitted::New(r) => (r, true),
         Admitted::Unfinished(r) => (r, false),
@@ -435,11 +459,11 @@ async fn start_run(
             } else {
                 StatusCode::OK
             };
-            (status, axum::Json(run_view(&r, false))).into_response()
+            (status, axum::Json(run_view(&state, &r, false))).into_response()
         }
         Waited::Pending(r) => {
             state.metrics.answered_async();
-            accepted(&r, prefer)
+            accepted(&state, &r, prefer)
         }
     }
 }
@@ -492,7 +516,7 @@ async fn get_run(
     headers: HeaderMap,
 ) -> Response {
     match find(&state, &headers, &run_id).await {
-        Ok((_, r)) => axum::Json(run_view(&r, false)).into_response(),
+        Ok((_, r)) => axum::Json(run_view(&state, &r, false)).into_response(),
         Err(r) => r,
     }
 }
@@ -573,27 +597,33 @@ async fn metrics(State(state): State<Arc<AppState>>) -> Response {
     r
 }
 
-fn openapi() -> Value {
+async fn openapi_json(State(state): State<Arc<AppState>>) -> axum::Json<Value> {
+    axum::Json(openapi(&state.contract))
+}
+
+fn openapi(contract: &RunContract) -> Value {
+    let field = contract.resource_id_field;
+    let resource = contract.resource_type.to_ascii_lowercase();
     let problem = json!({ "$ref": "#/components/schemas/Problem" });
     let err = |d: &str| json!({ "description": d, "content": { "application/problem+json": { "schema": problem } } });
     json!({
         "openapi": "3.1.0",
-        "info": { "title": "CaseOps API", "version": env!("CARGO_PKG_VERSION") },
+        "info": { "title": format!("{} agent runs API", contract.resource_type), "version": env!("CARGO_PKG_VERSION") },
         "components": {
             "securitySchemes": { "apiKey": { "type": "apiKey", "in": "header", "name": "X-API-Key" } },
             "schemas": {
                 "Problem": { "type": "object", "properties": { "type": {"type": "string"}, "title": {"type": "string"}, "status": {"type": "integer"}, "detail": {"type": "string"} } },
                 "StartRun": { "type": "object", "required": ["goal"], "additionalProperties": false, "properties": { "goal": { "type": "string", "minLength": 1, "maxLength": 2000 } } },
-                "Run": { "type": "object", "properties": { "run_id": {"type": "string"}, "case_id": {"type": "string"}, "status": {"type": "string"}, "step_count": {"type": "integer"}, "replayed": {"type": "boolean"}, "result": serde_json::from_str::<Value>(Bundle::FINAL_ANSWER_SCHEMA).unwrap_or(Value::Null) } },
+                "Run": { "type": "object", "properties": { "run_id": {"type": "string"}, field: {"type": "string"}, "status": {"type": "string"}, "step_count": {"type": "integer"}, "replayed": {"type": "boolean"}, "result": serde_json::from_str::<Value>(contract.final_answer_schema).unwrap_or(Value::Null) } },
             },
         },
         "security": [ { "apiKey": [] } ],
         "paths": {
-            "/v1/cases/{case_id}/agent-runs": { "post": {
-                "summary": "Start (or replay) an agent run on a case",
+            contract.runs_path: { "post": {
+                "summary": format!("Start (or replay) an agent run on a {resource}"),
                 "description": "The run is recorded and handed to a run worker; the request only waits for it. A client that disconnects changes nothing about its run. By default the request waits until the run finishes (up to the run's wall-clock budget plus 10 s); `Prefer: respond-async` answers 202 at once, `Prefer: wait=N` waits at most N seconds. A run that another replica is driving is waited for the same way.",
                 "parameters": [
-                    { "name": "case_id", "in": "path", "required": true, "schema": { "type": "string" } },
+                    { "name": field, "in": "path", "required": true, "schema": { "type": "string" } },
                     { "name": "Idempotency-Key", "in": "header", "required": true, "schema": { "type": "string", "minLength": 8, "maxLength": 120, "pattern": "^[A-Za-z0-9._:-]+$" } },
                     { "name": "Prefer", "in": "header", "required": false, "description": "RFC 7240: `respond-async` and/or `wait=N` (seconds).", "schema": { "type": "string" } },
                 ],
@@ -610,7 +640,7 @@ fn openapi() -> Value {
                         },
                         "content": { "application/json": { "schema": { "$ref": "#/components/schemas/Run" } } },
                     },
-                    "401": err("no or bad API key"), "404": err("unknown case"), "409": err("key reused with another request"), "422": err("invalid body or header"),
+                    "401": err("no or bad API key"), "404": err(&format!("unknown {resource}")), "409": err("key reused with another request"), "422": err("invalid body or header"),
                     "503": err("the database did not answer, or this replica is shutting down; retry with the same Idempotency-Key (see Retry-After)"),
                 },
             } },

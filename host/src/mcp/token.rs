@@ -12,7 +12,7 @@ pub const MIN_TTL_SECONDS: u64 = 30;
 pub const MAX_TTL_SECONDS: u64 = 600;
 
 /// The claims of a task token. The run-bound resource claim is named after the
-/// bundle's resource id field (`case_id` for CaseOps).
+/// bundle's resource id field (e.g. `order_id`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct TaskClaims {
     pub iss: String,
@@ -246,14 +246,14 @@ mod tests {
 
     #[test]
     fn an_issued_token_verifies_with_every_claim() {
-        let issuer = TokenIssuer::new(KEY, "iss", "http://x/mcp", "case_id", 120).unwrap();
+        let issuer = TokenIssuer::new(KEY, "iss", "http://x/mcp", "order_id", 120).unwrap();
         let token = issuer
             .issue("user", "t1", "task", "C-1", &["a:b".into(), "c:d".into()])
             .unwrap();
-        let verifier = TokenVerifier::new(KEY, "iss", "http://x/mcp", "case_id").unwrap();
+        let verifier = TokenVerifier::new(KEY, "iss", "http://x/mcp", "order_id").unwrap();
         let claims = verifier.verify(&token).unwrap();
         assert_eq!(
-            (claims.tenant_id.as_str(), claims.resource_id("case_id")),
+            (claims.tenant_id.as_str(), claims.resource_id("order_id")),
             ("t1", Some("C-1"))
         );
         assert!(claims.has_scope("c:d") && !claims.has_scope("c"));
@@ -263,13 +263,13 @@ mod tests {
     #[test]
     fn lifetimes_outside_30_to_600_seconds_are_refused() {
         assert_eq!(
-            TokenIssuer::new(KEY, "i", "a", "case_id", 10).err(),
+            TokenIssuer::new(KEY, "i", "a", "order_id", 10).err(),
             Some(TokenError::Lifetime(10))
         );
-        let issuer = TokenIssuer::new(KEY, "i", "a", "case_id", 300).unwrap();
+        let issuer = TokenIssuer::new(KEY, "i", "a", "order_id", 300).unwrap();
         let mut c = issuer.claims("u", "t", "k", "C", &[]);
         c.exp = c.iat + 3600;
-        let verifier = TokenVerifier::new(KEY, "i", "a", "case_id").unwrap();
+        let verifier = TokenVerifier::new(KEY, "i", "a", "order_id").unwrap();
         assert_eq!(
             verifier.verify(&issuer.sign(&c).unwrap()),
             Err(TokenError::Lifetime(3600))
@@ -278,12 +278,12 @@ mod tests {
 
     #[test]
     fn a_token_issued_in_the_future_is_refused() {
-        let issuer = TokenIssuer::new(KEY, "i", "a", "case_id", 300).unwrap();
+        let issuer = TokenIssuer::new(KEY, "i", "a", "order_id", 300).unwrap();
         let mut c = issuer.claims("u", "t", "k", "C", &[]);
         c.iat += 120;
         c.nbf = c.iat - 200;
         c.exp = c.iat + 100;
-        let verifier = TokenVerifier::new(KEY, "i", "a", "case_id").unwrap();
+        let verifier = TokenVerifier::new(KEY, "i", "a", "order_id").unwrap();
         assert_eq!(
             verifier.verify(&issuer.sign(&c).unwrap()),
             Err(TokenError::IssuedInFuture)

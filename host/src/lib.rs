@@ -1,0 +1,38 @@
+//! `caseops-host`: everything a governed-agent service needs besides its tools,
+//! generic over a compiled contract bundle ([`caseops_runtime::ContractBundle`]).
+//!
+//! - [`host`]: wiring — the database, the MCP tool server and the API on their
+//!   sockets, graceful shutdown;
+//! - [`api`], [`events`]: the HTTP API that starts runs (on the route the run
+//!   contract declares) and reads them, and their server-sent events;
+//! - [`mcp`]: the MCP server (tools behind audience-bound task tokens) and client;
+//! - [`store`]: SQLite and PostgreSQL runs with leases, idempotency, the audit
+//!   chain and the outbox, and the application's own migrations;
+//! - [`worker`]: the run workers that own, resume and hand over runs;
+//! - [`openai`]: the OpenAI Responses planner;
+//! - [`metrics`]: Prometheus text metrics.
+//!
+//! Nothing here names an application's tools, resources or reference data: a host
+//! binary brings its generated bundle, its tool handlers, a planner and the check
+//! that a resource exists (see `docs/` in the repository for a walk-through).
+
+pub mod api;
+pub mod events;
+pub mod fault;
+pub mod host;
+pub mod mcp;
+pub mod metrics;
+pub mod openai;
+pub mod store;
+pub mod worker;
+
+/// Installs the process's TLS crypto provider (ring) once; reqwest is built without
+/// one so that no second crypto library (aws-lc) is compiled. Every HTTP client in
+/// this crate calls this before it is built.
+pub fn install_tls_provider() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        // An error means another provider is already installed, which serves as well.
+        let _ = rustls::crypto::ring::default_provider().install_default();
+    });
+}

@@ -207,6 +207,14 @@ codes! {
         "Policies are validated with Cedar's strict validator against the schema generated from the contracts: entity types, the task principal's attributes, one action per tool and each action's typed context (`tool`, `risk`, `required_scope`, `stage`, `arguments`). A misspelt attribute, an argument a tool does not have (for example after renaming it in the contract) or a comparison of the wrong types fails here.",
         "when { context.arguments.document == \"x\" }\n",
         "when { context.arguments.document_id == \"x\" }\n";
+    ToolNeverPermitted = "W0403", Warning, "no policy ever permits this catalog tool",
+        "`check` asks the compiled policies, with Cedar's authorizer, whether each catalog tool could be permitted for a task before any arguments exist: a task holding every scope the agent's tools require (and one holding only the tool's own scope), on its own resource in its own tenant, in each stage the tool is offered. That is the runtime's own question when it decides which tools a run sees. When every such request is denied outright, no run will ever see or call the tool: typically a forbid such as `context.risk != \"read_only\"` covers a new write tool, or no permit policy names its action or risk group. A policy that needs the model's arguments to decide counts as possibly permitting, so this is never a guess.",
+        "@id(\"forbid-writes\")\n@reason(\"TOOL_RISK_NOT_ALLOWED\")\nforbid (principal, action, resource) when { context.risk != \"read_only\" };\n# and a catalog tool with `risk: reversible_write`\n",
+        "@id(\"permit-document-requests\")\npermit (principal is CaseOps::Task, action == CaseOps::Action::\"caseops_request_missing_document\", resource is CaseOps::Case)\nwhen { resource == principal.resource && principal.scopes.contains(context.required_scope) };\n# and `forbid-writes` narrowed to irreversible writes\n";
+    PermitNeverApplies = "W0404", Warning, "permit policy never applies",
+        "Over the same requests as W0403 (every catalog tool, every stage it is offered in, a task on its own resource), this permit policy was satisfied by none: it permits nothing. Its action may name no catalog tool or risk group with a tool in it, its resource type may not be the agent's, or its conditions may contradict what a task always is. Not reported when some policy needs arguments to decide.",
+        "@id(\"permit-irreversible\")\npermit (principal, action in CaseOps::Action::\"IrreversibleWrite\", resource);\n# and no irreversible tool in the catalog\n",
+        "# remove the policy, or add the tool it is meant for to the catalog\n";
     CedarWarning = "W0401", Warning, "cedar validator warning",
         "Cedar's validator found something suspicious that is not an error, such as a policy that can never apply.",
         "permit (principal, action, resource) when { false };\n",

@@ -17,6 +17,7 @@ pub mod diagnostic;
 pub mod fields;
 pub mod policies;
 pub mod project;
+pub mod reachability;
 pub mod reader;
 pub mod render;
 pub mod scenarios;
@@ -79,6 +80,9 @@ pub fn check_sources(sources: Sources) -> Checked {
     let mut diags = diagnostic::Diagnostics::default();
     let project = project::check_contracts(&sources, &mut diags);
     let policies = policies::check_policies(&sources, &project, &mut diags);
+    if let Some(p) = &policies {
+        reachability::check(&project, p, &mut diags);
+    }
     let scenarios = scenarios::read_scenarios(&sources, &project, &mut diags);
     Checked {
         sources,
@@ -107,6 +111,23 @@ pub fn run_scenarios(checked: &Checked) -> Option<scenarios::TestReport> {
         policies,
         &checked.scenarios,
     ))
+}
+
+/// Every code, one per line in code order: code, severity, title.
+pub fn code_list() -> String {
+    let mut codes = Code::ALL.to_vec();
+    codes.sort_by_key(|c| c.as_str());
+    codes
+        .iter()
+        .map(|c| {
+            format!(
+                "{}  {:<7}  {}\n",
+                c.as_str(),
+                c.severity().as_str(),
+                c.title()
+            )
+        })
+        .collect()
 }
 
 /// The long explanation of a code, with a failing and a fixed example.

@@ -66,7 +66,11 @@ enum Command {
     /// Print the long explanation of a diagnostic code, e.g. `E0107`.
     Explain {
         /// The code, e.g. `E0107`.
-        code: String,
+        #[arg(required_unless_present = "list")]
+        code: Option<String>,
+        /// List every code with its severity and title instead.
+        #[arg(long, conflicts_with = "code")]
+        list: bool,
     },
 }
 
@@ -166,16 +170,25 @@ fn main() -> ExitCode {
                 }
             }
         }
-        Command::Explain { code } => match Code::parse(&code) {
-            Some(c) => {
-                print!("{}", explain(c));
-                ExitCode::SUCCESS
+        Command::Explain { list: true, .. } => {
+            print!("{}", caseops_compile::code_list());
+            ExitCode::SUCCESS
+        }
+        Command::Explain { code, .. } => {
+            let code = code.unwrap_or_default();
+            match Code::parse(&code) {
+                Some(c) => {
+                    print!("{}", explain(c));
+                    ExitCode::SUCCESS
+                }
+                None => {
+                    eprintln!(
+                        "error: `{code}` is not a caseops-compile diagnostic code (`caseops-compile explain --list` lists them)"
+                    );
+                    ExitCode::from(2)
+                }
             }
-            None => {
-                eprintln!("error: `{code}` is not a caseops-compile diagnostic code");
-                ExitCode::from(2)
-            }
-        },
+        }
     }
 }
 

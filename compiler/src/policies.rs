@@ -33,6 +33,9 @@ pub struct Policies {
     pub origin: BTreeMap<String, (FileId, Span)>,
     /// The policy texts in file order, for the generated crate.
     pub texts: Vec<(String, String)>,
+    /// Policies Cedar's validator warned about (W0401), so later checks do not
+    /// report them a second time.
+    pub warned: std::collections::BTreeSet<String>,
 }
 
 /// Generates the schema, parses and validates every policy file. Returns `None` when
@@ -214,10 +217,12 @@ pub fn check_policies(
             "policy does not type-check",
         ));
     }
+    let mut warned = std::collections::BTreeSet::new();
     for w in result.validation_warnings() {
         let Some((file, _)) = origin.get(w.policy_id().to_string().as_str()) else {
             continue;
         };
+        warned.insert(w.policy_id().to_string());
         let text = &sources.get(*file).text;
         diags.push(from_miette(
             Code::CedarWarning,
@@ -231,6 +236,7 @@ pub fn check_policies(
         return None;
     }
     Some(Policies {
+        warned,
         schema,
         schema_json,
         set: merged,
@@ -364,6 +370,37 @@ pub fn evaluate(
     deny_reasons: &[String],
     req: &ScenarioRequest,
 ) -> Result<(Outcome, Vec<String>), String> {
+    evaluate_as(policies, resource_type, deny_reasons, req, true)
+        .map(|e| (e.outcome, e.determining))
+}
+
+/// One evaluation, and whether some policy could not be evaluated.
+pub struct Evaluation {
+    pub outcome: Outcome,
+    pub determining: Vec<String>,
+    /// A policy needed a value the request lacks (an argument, say).
+    pub undecided: bool,
+}
+
+/// Evaluates a request whose context may lack arguments (the runtime's question
+/// before a model has proposed any): the context is not checked against the schema,
+/// and a policy that reads a missing argument is reported as undecided.
+pub fn evaluate_without_arguments(
+    policies: &Policies,
+    resource_type: &str,
+    deny_reasons: &[String],
+    req: &ScenarioRequest,
+) -> Result<Evaluation, String> {
+    evaluate_as(policies, resource_type, deny_reasons, req, false)
+}
+
+fn evaluate_as(
+    policies: &Policies,
+    resource_type: &str,
+    deny_reasons: &[String],
+    req: &ScenarioRequest,
+    strict: bool,
+) -> Result<Evaluation, String> {
     let ty = |name: &str| {
         EntityTypeName::from_str(&format!("{NAMESPACE}::{name}")).map_err(|e| e.to_string())
     };
@@ -422,17 +459,22 @@ pub fn evaluate(
     for (k, v) in req.context {
         context[k] = v.clone();
     }
-    let context = Context::from_json_value(context, Some((&policies.schema, &action)))
-        .map_err(|e| format!("context: {e}"))?;
+    let context = if strict {
+        Context::from_json_value(context, Some((&policies.schema, &action)))
+    } else {
+        Context::from_json_value(context, None)
+    }
+    .map_err(|e| format!("context: {e}"))?;
     let request = Request::new(
         uid(TASK_TYPE, req.task_id)?,
         action,
         uid(resource_type, req.resource)?,
         context,
-        Some(&policies.schema),
+        strict.then_some(&policies.schema),
     )
     .map_err(|e| format!("request: {e}"))?;
     let response = Authorizer::new().is_authorized(&request, &policies.set, &entities);
+    let undecided = response.diagnostics().errors().next().is_some();
     let determining: Vec<String> = response
         .diagnostics()
         .reason()
@@ -454,5 +496,9 @@ pub fn evaluate(
             Outcome::Deny(found.first().map(|s| s.to_string()))
         }
     };
-    Ok((outcome, determining))
+    Ok(Evaluation {
+        outcome,
+        determining,
+        undecided,
+    })
 }

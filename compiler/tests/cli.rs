@@ -183,6 +183,21 @@ fn explain_prints_the_rule_with_a_failing_and_a_fixed_example() {
 }
 
 #[test]
+fn explain_list_names_every_code_once_with_its_title() {
+    let out = bin().args(["explain", "--list"]).output().unwrap();
+    assert!(out.status.success());
+    let text = String::from_utf8(out.stdout).unwrap();
+    for code in caseops_compile::codes::Code::ALL {
+        let lines = text
+            .lines()
+            .filter(|l| l.starts_with(code.as_str()))
+            .count();
+        assert_eq!(lines, 1, "{} listed {lines} times", code.as_str());
+        assert!(text.contains(code.title()), "{}", code.as_str());
+    }
+}
+
+#[test]
 fn explain_of_an_unknown_code_exits_two() {
     let out = bin().args(["explain", "E9999"]).output().unwrap();
     assert_eq!(out.status.code(), Some(2));

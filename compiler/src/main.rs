@@ -46,12 +46,14 @@ enum Command {
         /// Output directory (default `<root>/generated`).
         #[arg(long)]
         out_dir: Option<PathBuf>,
-        /// Package name of the generated crate.
-        #[arg(long, default_value = "caseops-generated")]
-        crate_name: String,
-        /// Path of `caseops-runtime` relative to the output directory.
-        #[arg(long, default_value = "../runtime")]
-        runtime_path: String,
+        /// Package name of the generated crate (default: the one the output
+        /// directory's crate has, else `caseops-generated`).
+        #[arg(long)]
+        crate_name: Option<String>,
+        /// Path of `caseops-runtime` relative to the output directory (default: the
+        /// one the output directory's crate has, else `../runtime`).
+        #[arg(long)]
+        runtime_path: Option<String>,
     },
     /// Evaluate the authorization scenarios in `policies/tests/` with the Cedar authorizer.
     ///
@@ -114,7 +116,8 @@ fn main() -> ExitCode {
                     return ExitCode::from(2);
                 }
             };
-            let drift = build::drift_diagnostics(&mut checked, &Builder::new().root(&root));
+            let builder = Builder::new().root(&root).settings_of_existing_output();
+            let drift = build::drift_diagnostics(&mut checked, &builder);
             checked.diagnostics.extend(drift);
             let out = match format {
                 Format::Human => render::human(
@@ -142,12 +145,16 @@ fn main() -> ExitCode {
             runtime_path,
         } => {
             let root = project_root(root);
-            let mut builder = Builder::new()
-                .root(&root)
-                .crate_name(crate_name)
-                .runtime_path(runtime_path);
+            let mut builder = Builder::new().root(&root);
             if let Some(dir) = out_dir {
                 builder = builder.out_dir(dir);
+            }
+            builder = builder.settings_of_existing_output();
+            if let Some(name) = crate_name {
+                builder = builder.crate_name(name);
+            }
+            if let Some(path) = runtime_path {
+                builder = builder.runtime_path(path);
             }
             match builder.run() {
                 Ok(g) => {

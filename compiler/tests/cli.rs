@@ -264,3 +264,37 @@ fn check_outside_any_project_says_how_to_point_at_one() {
         "{text}"
     );
 }
+
+#[test]
+fn a_generated_crate_keeps_its_own_name_through_build_and_check() {
+    let dir = project_copy("crate-name");
+    let build = |extra: &[&str]| {
+        bin()
+            .arg("build")
+            .arg("--root")
+            .arg(&*dir)
+            .args(extra)
+            .output()
+            .unwrap()
+    };
+    let first = build(&[
+        "--crate-name",
+        "my-bundle",
+        "--runtime-path",
+        "../../runtime",
+    ]);
+    assert!(first.status.success(), "{first:?}");
+    // `check` compares with what `build` would write into that crate, not with a
+    // crate of the default name.
+    let out = check(&dir, &[]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    // A bare `build` keeps the name and the runtime path.
+    assert!(build(&[]).status.success());
+    let manifest = std::fs::read_to_string(dir.join("generated/Cargo.toml")).unwrap();
+    assert!(manifest.contains("name = \"my-bundle\""), "{manifest}");
+    assert!(manifest.contains("path = \"../../runtime\""), "{manifest}");
+}

@@ -2,7 +2,20 @@
 //! with `CASEOPS_FAULT_KILL_AT_COMMIT=N` the process sends itself SIGKILL right after
 //! its N-th run-store commit, so a test can prove recovery from every commit point;
 //! with `CASEOPS_FAULT_TOOL_DELAY_MS=N` every MCP `tools/call` takes N ms longer, so
-//! a test can hold runs in flight while it kills or stops a replica.
+//! a test can hold runs in flight while it kills or stops a replica; with
+//! `CASEOPS_FAULT_KILL_AFTER_TOOL=name` the process dies right after that tool's
+//! handler returned, before its result is sent or committed (a write's effect
+//! happened and nothing recorded it).
+
+#[cfg(feature = "fault-injection")]
+fn die() -> ! {
+    let pid = std::process::id().to_string();
+    let _ = std::process::Command::new("kill")
+        .args(["-KILL", &pid])
+        .status();
+    // `kill` delivers asynchronously; never run past the point.
+    std::process::abort();
+}
 
 #[cfg(feature = "fault-injection")]
 pub fn after_commit(commits: usize) {
@@ -10,14 +23,20 @@ pub fn after_commit(commits: usize) {
         .ok()
         .and_then(|v| v.parse::<usize>().ok());
     if target == Some(commits) {
-        let pid = std::process::id().to_string();
-        let _ = std::process::Command::new("kill")
-            .args(["-KILL", &pid])
-            .status();
-        // `kill` delivers asynchronously; never run past the point.
-        std::process::abort();
+        die();
     }
 }
+
+#[cfg(feature = "fault-injection")]
+pub fn after_tool(name: &str) {
+    if std::env::var("CASEOPS_FAULT_KILL_AFTER_TOOL").is_ok_and(|t| t == name) {
+        die();
+    }
+}
+
+#[cfg(not(feature = "fault-injection"))]
+#[inline(always)]
+pub fn after_tool(_name: &str) {}
 
 #[cfg(not(feature = "fault-injection"))]
 #[inline(always)]

@@ -118,6 +118,28 @@ impl Builder {
         self
     }
 
+    /// Keeps the package name and runtime path of the crate already in the output
+    /// directory (as the last `build` wrote them), so that `check` compares with
+    /// what `build` would write there and a bare `build` does not rename it.
+    pub fn settings_of_existing_output(mut self) -> Self {
+        let Ok(text) = std::fs::read_to_string(self.output_dir().join("Cargo.toml")) else {
+            return self;
+        };
+        let quoted = |line: &str| line.split('"').nth(1).map(str::to_string);
+        for line in text.lines() {
+            if line.starts_with("name = ") {
+                if let Some(name) = quoted(line) {
+                    self.crate_name = name;
+                }
+            } else if line.starts_with("caseops-runtime = ")
+                && let Some(path) = line.split("path = ").nth(1).and_then(quoted)
+            {
+                self.runtime_path = path;
+            }
+        }
+        self
+    }
+
     pub fn output_dir(&self) -> PathBuf {
         self.out_dir
             .clone()

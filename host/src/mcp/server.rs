@@ -339,7 +339,9 @@ impl<B: ContractBundle, D: ToolDispatch + 'static> McpServer<B, D> {
         if let Some(key) = idempotency_key(&claims.tenant_id, tool, &arguments) {
             ctx.injected.insert("idempotency_key".into(), json!(key));
         }
-        match self.dispatch.call(tool, &ctx, arguments).await {
+        let called = self.dispatch.call(tool, &ctx, arguments).await;
+        crate::fault::after_tool(tool.name);
+        match called {
             Ok(result) => {
                 if let Err(errors) = self.validators.output(tool.name, &result) {
                     // Never send a result that breaks the contract; say so in the log.

@@ -58,7 +58,7 @@ pub struct AgentContract {
     pub deny_reasons: Vec<Sp<String>>,
 }
 
-const AGENT_KEYS: &[&str] = &[
+pub(crate) const AGENT_KEYS: &[&str] = &[
     "agent",
     "version",
     "description",
@@ -70,6 +70,19 @@ const AGENT_KEYS: &[&str] = &[
     "decisions",
     "final_answer",
     "deny_reasons",
+];
+
+pub(crate) const RESOURCE_KEYS: &[&str] = &["type", "id_field", "id", "api_path"];
+pub(crate) const RESOURCE_ID_KEYS: &[&str] = &["min_length", "max_length", "pattern"];
+pub(crate) const FINAL_ANSWER_KEYS: &[&str] = &["schema_version", "fields"];
+pub(crate) const BUDGET_KEYS: &[&str] = &[
+    "max_steps",
+    "repeat_limit",
+    "max_wall_clock_seconds",
+    "tool_timeout_ceiling_seconds",
+    "max_no_new_evidence_steps",
+    "max_tokens",
+    "max_cost_usd",
 ];
 
 pub fn read_agent(r: &mut Reader, root: &Node) -> Option<AgentContract> {
@@ -251,11 +264,7 @@ fn ident(r: &mut Reader, s: &Sp<String>, what: &str) {
 }
 
 fn read_resource(r: &mut Reader, node: &Node) -> Option<Resource> {
-    let map = r.mapping(
-        node,
-        "resource",
-        Some(&["type", "id_field", "id", "api_path"][..]),
-    )?;
+    let map = r.mapping(node, "resource", Some(RESOURCE_KEYS))?;
     let need = |r: &mut Reader, key: &str| {
         let n = map.get(key);
         if n.is_none() {
@@ -293,11 +302,7 @@ fn read_resource(r: &mut Reader, node: &Node) -> Option<Resource> {
     }
     let (mut min, mut max, mut pattern) = (1, 80, None);
     if let Some(id) = map.get("id")
-        && let Some(idmap) = r.mapping(
-            id,
-            "resource.id",
-            Some(&["min_length", "max_length", "pattern"][..]),
-        )
+        && let Some(idmap) = r.mapping(id, "resource.id", Some(RESOURCE_ID_KEYS))
     {
         let len = |r: &mut Reader, key: &str| {
             let v = r.integer(idmap.get(key)?, &format!("resource.id.{key}"))?;
@@ -385,16 +390,7 @@ fn api_path_problem(path: &str, id_field: &str) -> Option<String> {
 }
 
 fn read_budgets(r: &mut Reader, node: &Node) -> Option<Budgets> {
-    const KEYS: &[&str] = &[
-        "max_steps",
-        "repeat_limit",
-        "max_wall_clock_seconds",
-        "tool_timeout_ceiling_seconds",
-        "max_no_new_evidence_steps",
-        "max_tokens",
-        "max_cost_usd",
-    ];
-    let map = r.mapping(node, "budgets", Some(KEYS))?;
+    let map = r.mapping(node, "budgets", Some(BUDGET_KEYS))?;
     let mut ok = true;
     let mut bounded = |r: &mut Reader, key: &str, lo: i64, hi: i64, required: bool| {
         let Some(n) = map.get(key) else {
@@ -469,11 +465,7 @@ fn read_budgets(r: &mut Reader, node: &Node) -> Option<Budgets> {
 }
 
 fn read_final(r: &mut Reader, node: &Node) -> Option<FinalAnswer> {
-    let map = r.mapping(
-        node,
-        "final_answer",
-        Some(&["schema_version", "fields"][..]),
-    )?;
+    let map = r.mapping(node, "final_answer", Some(FINAL_ANSWER_KEYS))?;
     let Some(version_node) = map.get("schema_version") else {
         let d = r
             .error(

@@ -120,7 +120,7 @@ const TYPE_NAMES: &[&str] = &[
     "enum",
 ];
 
-const LONG_KEYS: &[&str] = &[
+pub(crate) const LONG_KEYS: &[&str] = &[
     "type",
     "optional",
     "description",
@@ -137,7 +137,7 @@ const LONG_KEYS: &[&str] = &[
     "max_items",
 ];
 
-const INPUT_LONG_KEYS: &[&str] = &[
+pub(crate) const INPUT_LONG_KEYS: &[&str] = &[
     "source",
     "type",
     "optional",

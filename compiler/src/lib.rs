@@ -113,6 +113,29 @@ pub fn run_scenarios(checked: &Checked) -> Option<scenarios::TestReport> {
     ))
 }
 
+/// Every key of the contract language, by the place it is written (for the
+/// reference in `docs/contract-language.md`, which a test holds to this list).
+pub fn language_keys() -> Vec<(&'static str, &'static [&'static str])> {
+    vec![
+        ("contracts/agent.yaml", agent::AGENT_KEYS),
+        ("resource", agent::RESOURCE_KEYS),
+        ("resource.id", agent::RESOURCE_ID_KEYS),
+        ("budgets", agent::BUDGET_KEYS),
+        ("final_answer", agent::FINAL_ANSWER_KEYS),
+        ("contracts/state-machine.yaml", state_machine::KEYS),
+        ("invariants", state_machine::INVARIANT_KEYS),
+        ("contracts/tools/*.yaml", tool::TOOL_KEYS),
+        ("backoff", tool::BACKOFF_KEYS),
+        ("effects", tool::EFFECTS_KEYS),
+        ("output and final-answer fields", fields::LONG_KEYS),
+        ("input fields", fields::INPUT_LONG_KEYS),
+        ("policies/tests/*.yaml", scenarios::FILE_KEYS),
+        ("scenarios", scenarios::SCENARIO_KEYS),
+        ("defaults", scenarios::PRINCIPAL_KEYS),
+        ("scenario context", scenarios::CONTEXT_KEYS),
+    ]
+}
+
 /// Every code, one per line in code order: code, severity, title.
 pub fn code_list() -> String {
     let mut codes = Code::ALL.to_vec();

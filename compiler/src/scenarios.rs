@@ -32,7 +32,26 @@ use crate::yaml::{Node, Span};
 
 pub const SCENARIO_DIR: &str = "policies/tests/";
 
-const PRINCIPAL_KEYS: &[&str] = &[
+pub(crate) const FILE_KEYS: &[&str] = &["defaults", "scenarios"];
+pub(crate) const SCENARIO_KEYS: &[&str] = &[
+    "name",
+    "tenant",
+    "subject",
+    "task",
+    "scopes",
+    "stage",
+    "run_resource",
+    "catalog",
+    "action",
+    "resource",
+    "resource_tenant",
+    "arguments",
+    "context",
+    "expect",
+    "reason",
+];
+pub(crate) const CONTEXT_KEYS: &[&str] = &["risk", "required_scope", "stage", "tool"];
+pub(crate) const PRINCIPAL_KEYS: &[&str] = &[
     "tenant",
     "subject",
     "task",
@@ -97,8 +116,7 @@ pub fn read_scenarios(
             continue;
         };
         let mut r = Reader { file: id, diags };
-        let Some(map) = r.mapping(&root, "scenario file", Some(&["defaults", "scenarios"][..]))
-        else {
+        let Some(map) = r.mapping(&root, "scenario file", Some(FILE_KEYS)) else {
             continue;
         };
         let mut base = Scenario {
@@ -182,26 +200,9 @@ fn read_principal(r: &mut Reader, node: &Node, what: &str, keys: &[&str], s: &mu
 }
 
 fn read_one(r: &mut Reader, item: &Node, base: &Scenario, project: &Project) -> Option<Scenario> {
-    const KEYS: &[&str] = &[
-        "name",
-        "tenant",
-        "subject",
-        "task",
-        "scopes",
-        "stage",
-        "run_resource",
-        "catalog",
-        "action",
-        "resource",
-        "resource_tenant",
-        "arguments",
-        "context",
-        "expect",
-        "reason",
-    ];
-    let map = r.mapping(item, "scenario", Some(KEYS))?;
+    let map = r.mapping(item, "scenario", Some(SCENARIO_KEYS))?;
     let mut s = base.clone();
-    read_principal(r, item, "scenario", KEYS, &mut s);
+    read_principal(r, item, "scenario", SCENARIO_KEYS, &mut s);
     let missing = |r: &mut Reader, key: &str| {
         let d = r
             .error(Code::InvalidScenario, item.span.clone(), format!("scenario has no `{key}`"))
@@ -260,11 +261,7 @@ fn read_one(r: &mut Reader, item: &Node, base: &Scenario, project: &Project) -> 
         s.arguments = Some(to_json(r, args)?);
     }
     if let Some(node) = map.get("context") {
-        let ctx = r.mapping(
-            node,
-            "scenario.context",
-            Some(&["risk", "required_scope", "stage", "tool"][..]),
-        )?;
+        let ctx = r.mapping(node, "scenario.context", Some(CONTEXT_KEYS))?;
         for (key, _, value) in ctx.entries() {
             let v = r.string(value, &format!("scenario.context.{key}"))?;
             s.context.insert(key.to_string(), v.value.into());

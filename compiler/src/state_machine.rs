@@ -106,7 +106,8 @@ impl StateMachine {
     }
 }
 
-const KEYS: &[&str] = &["initial", "states", "terminal", "transitions", "invariants"];
+pub(crate) const KEYS: &[&str] = &["initial", "states", "terminal", "transitions", "invariants"];
+pub(crate) const INVARIANT_KEYS: &[&str] = &["name", "kind", "from", "to", "through"];
 
 pub fn read_state_machine(r: &mut Reader, root: &Node) -> Option<StateMachine> {
     let map = r.mapping(root, "state machine", Some(KEYS))?;
@@ -207,11 +208,7 @@ fn read_invariants(r: &mut Reader, node: &Node) -> Vec<Invariant> {
     };
     let mut out = Vec::new();
     for item in items {
-        let Some(map) = r.mapping(
-            item,
-            "invariant",
-            Some(&["name", "kind", "from", "to", "through"][..]),
-        ) else {
+        let Some(map) = r.mapping(item, "invariant", Some(INVARIANT_KEYS)) else {
             continue;
         };
         let name = match map.get("name") {

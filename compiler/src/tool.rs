@@ -127,7 +127,9 @@ pub struct ToolContract {
     pub audit: Vec<String>,
 }
 
-const TOOL_KEYS: &[&str] = &[
+pub(crate) const BACKOFF_KEYS: &[&str] = &["kind", "initial_ms", "max_ms"];
+pub(crate) const EFFECTS_KEYS: &[&str] = &["confirm_with", "on_unknown"];
+pub(crate) const TOOL_KEYS: &[&str] = &[
     "name",
     "version",
     "title",
@@ -402,7 +404,7 @@ fn read_backoff(r: &mut Reader, node: &Node) -> Backoff {
         }
         return backoff;
     }
-    let Some(map) = r.mapping(node, "backoff", Some(&["kind", "initial_ms", "max_ms"][..])) else {
+    let Some(map) = r.mapping(node, "backoff", Some(BACKOFF_KEYS)) else {
         return backoff;
     };
     if let Some(k) = map
@@ -456,7 +458,7 @@ fn read_backoff(r: &mut Reader, node: &Node) -> Backoff {
 }
 
 fn read_effects(r: &mut Reader, node: &Node) -> Option<Effects> {
-    let map = r.mapping(node, "effects", Some(&["confirm_with", "on_unknown"][..]))?;
+    let map = r.mapping(node, "effects", Some(EFFECTS_KEYS))?;
     let on_unknown = match map.get("on_unknown") {
         Some(n) => match r
             .one_of(n, "effects.on_unknown", &["needs_human", "fail"])?

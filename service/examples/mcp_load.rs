@@ -4,7 +4,6 @@
 //!
 //! `cargo run --release -p caseops-service --example mcp_load -- [seconds]`
 
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use caseops_generated::{Bundle, Dispatcher};
@@ -27,7 +26,7 @@ async fn main() {
     let addr = listener.local_addr().unwrap();
     let config = McpConfig::loopback(addr, "caseops-load");
     let tools = CaseOpsTools {
-        repo: MemoryRepository(Arc::new(reference_data())),
+        repo: MemoryRepository::new(reference_data()),
     };
     let server = McpServer::<Bundle, _>::new(config.clone(), SECRET, Dispatcher(tools)).unwrap();
     tokio::spawn(async move { axum::serve(listener, server.router()).await.unwrap() });

@@ -7,18 +7,33 @@ use caseops_host::store::{AppSchema, Db, DbError, Migration};
 use caseops_runtime::ToolError;
 
 use crate::domain::{AliasRule, Case, ClaimPolicy, ReferenceData, SourceDocument};
-use crate::tools::CaseRepository;
+use crate::tools::{CaseRepository, Effect};
+use serde_json::Value;
 
 /// The claims domain's tables, migrated with the host's. Version 2 predates the
-/// host crate (the host's own run between 1 and 4); the next one is 1000 or above.
+/// host crate (the host's own run between 1 and 4); later ones are 1000 and above.
 pub const SCHEMA: AppSchema = AppSchema {
-    migrations: &[Migration {
-        version: 2,
-        description: "reference",
-        sqlite: include_str!("../migrations/sqlite/0002_reference.sql"),
-        postgres: include_str!("../migrations/postgres/0002_reference.sql"),
-    }],
-    tables: &["claim_policies", "cases", "source_documents", "alias_rules"],
+    migrations: &[
+        Migration {
+            version: 2,
+            description: "reference",
+            sqlite: include_str!("../migrations/sqlite/0002_reference.sql"),
+            postgres: include_str!("../migrations/postgres/0002_reference.sql"),
+        },
+        Migration {
+            version: 1000,
+            description: "tool effects",
+            sqlite: include_str!("../migrations/sqlite/1000_tool_effects.sql"),
+            postgres: include_str!("../migrations/postgres/1000_tool_effects.sql"),
+        },
+    ],
+    tables: &[
+        "claim_policies",
+        "cases",
+        "source_documents",
+        "alias_rules",
+        "tool_effects",
+    ],
 };
 
 /// Writes the reference data; rows that exist are left as they are.
@@ -132,6 +147,24 @@ impl CaseRepository for SqlRepository {
                 })
             })
             .collect()
+    }
+
+    async fn apply_once(&self, effect: Effect<'_>) -> Result<Value, ToolError> {
+        let mut tx = self.db.begin_write().await.map_err(unavailable)?;
+        tx.execute("INSERT INTO tool_effects (tenant_id, idempotency_key, tool, case_id, payload, created_at) VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING", &params![effect.tenant, effect.key, effect.tool, effect.case_id, effect.payload.to_string(), caseops_host::store::now_ms()])
+            .await
+            .map_err(unavailable)?;
+        let row = tx
+            .fetch_optional(
+                "SELECT payload FROM tool_effects WHERE tenant_id = ? AND idempotency_key = ?",
+                &params![effect.tenant, effect.key],
+            )
+            .await
+            .map_err(unavailable)?
+            .ok_or_else(|| corrupt("effect"))?;
+        tx.commit().await.map_err(unavailable)?;
+        let payload: String = row.get("payload").map_err(unavailable)?;
+        serde_json::from_str(&payload).map_err(|_| corrupt("effect"))
     }
 
     async fn alias_rule(&self, tenant: &str, label: &str) -> Result<Option<AliasRule>, ToolError> {

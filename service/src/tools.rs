@@ -12,8 +12,27 @@ use serde_json::json;
 
 use crate::domain::{AliasRule, Case, ClaimPolicy, ReferenceData, SourceDocument};
 
-/// Where the tools read from (memory here; SQL in the durable host).
+/// One effect of a write tool, recorded once per idempotency key.
+#[derive(Debug, Clone, Copy)]
+pub struct Effect<'a> {
+    pub tenant: &'a str,
+    pub case_id: &'a str,
+    pub tool: &'a str,
+    /// The call's idempotency key (its trusted `idempotency_key` field).
+    pub key: &'a str,
+    /// What the effect was, as the tool reports it.
+    pub payload: &'a serde_json::Value,
+}
+
+/// Where the tools read from and write to (memory here; SQL in the durable host).
 pub trait CaseRepository: Send + Sync {
+    /// Records `effect` unless one with its key exists, and returns the effect
+    /// recorded first: a retried or resumed write gets its first result back and
+    /// acts only once.
+    fn apply_once(
+        &self,
+        effect: Effect<'_>,
+    ) -> impl Future<Output = Result<serde_json::Value, ToolError>> + Send;
     fn case(
         &self,
         tenant: &str,
@@ -37,11 +56,28 @@ pub trait CaseRepository: Send + Sync {
     ) -> impl Future<Output = Result<Option<AliasRule>, ToolError>> + Send;
 }
 
-/// Reference data held in memory.
+/// Reference data held in memory (and the effects of writes, for this process).
 #[derive(Debug, Clone, Default)]
-pub struct MemoryRepository(pub Arc<ReferenceData>);
+pub struct MemoryRepository(
+    pub Arc<ReferenceData>,
+    pub Arc<std::sync::Mutex<std::collections::HashMap<(String, String), serde_json::Value>>>,
+);
+
+impl MemoryRepository {
+    pub fn new(data: ReferenceData) -> Self {
+        Self(Arc::new(data), Default::default())
+    }
+}
 
 impl CaseRepository for MemoryRepository {
+    async fn apply_once(&self, effect: Effect<'_>) -> Result<serde_json::Value, ToolError> {
+        let mut effects = self.1.lock().unwrap_or_else(|e| e.into_inner());
+        Ok(effects
+            .entry((effect.tenant.to_string(), effect.key.to_string()))
+            .or_insert_with(|| effect.payload.clone())
+            .clone())
+    }
+
     async fn case(&self, tenant: &str, case_id: &str) -> Result<Option<Case>, ToolError> {
         Ok(self
             .0

@@ -502,3 +502,38 @@ async fn claiming_due_runs_takes_expired_and_released_leases_once_each() {
         );
     }
 }
+
+#[tokio::test]
+async fn a_write_effect_is_recorded_once_per_key_and_the_first_comes_back() {
+    use caseops_service::tools::{CaseRepository, Effect};
+    for (backend, url) in fresh_databases("effects").await {
+        let (db, _, _) = setup(&url).await;
+        let repo = SqlRepository { db: db.clone() };
+        let effect = |payload: &'static Value| Effect {
+            tenant: "tenant-demo",
+            case_id: "C-102",
+            tool: "caseops_request_missing_document",
+            key: "key-1",
+            payload,
+        };
+        static FIRST: std::sync::LazyLock<Value> =
+            std::sync::LazyLock::new(|| serde_json::json!({"request_id": "REQ-1"}));
+        static SECOND: std::sync::LazyLock<Value> =
+            std::sync::LazyLock::new(|| serde_json::json!({"request_id": "REQ-2"}));
+        assert_eq!(repo.apply_once(effect(&FIRST)).await.unwrap(), *FIRST);
+        // The same key again (a retry, a resumed run): the first effect, no second.
+        assert_eq!(
+            repo.apply_once(effect(&SECOND)).await.unwrap(),
+            *FIRST,
+            "{backend}"
+        );
+        let n = db
+            .fetch_optional("SELECT COUNT(*) AS n FROM tool_effects", &[])
+            .await
+            .unwrap()
+            .unwrap()
+            .get::<i64>("n")
+            .unwrap();
+        assert_eq!(n, 1, "{backend}");
+    }
+}

@@ -2,7 +2,6 @@
 #![allow(dead_code)]
 
 use std::net::SocketAddr;
-use std::sync::Arc;
 
 use caseops_generated::{Bundle, Dispatcher};
 use caseops_host::mcp::server::{McpConfig, McpServer};
@@ -33,7 +32,7 @@ pub async fn start_with(configure: impl FnOnce(&mut McpConfig)) -> TestServer {
     let mut config = McpConfig::loopback(addr, ISSUER);
     configure(&mut config);
     let tools = CaseOpsTools {
-        repo: MemoryRepository(Arc::new(reference_data())),
+        repo: MemoryRepository::new(reference_data()),
     };
     let server = McpServer::<Bundle, _>::new(config.clone(), SECRET, Dispatcher(tools)).unwrap();
     tokio::spawn(async move { axum::serve(listener, server.router()).await.unwrap() });

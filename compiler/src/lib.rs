@@ -15,6 +15,7 @@ pub mod cedar_schema;
 pub mod codes;
 pub mod diagnostic;
 pub mod fields;
+pub mod new_project;
 pub mod policies;
 pub mod project;
 pub mod reachability;

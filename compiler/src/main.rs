@@ -65,6 +65,20 @@ enum Command {
         #[arg(long, env = "CASEOPS_ROOT")]
         root: Option<PathBuf>,
     },
+    /// Create an agent project: a run contract, the state machine, one tool, Cedar
+    /// policies with scenarios, its compiled bundle and a host crate on
+    /// `caseops-host` — ready for `check`, `test`, `build` and `cargo test`.
+    New {
+        /// The folder to create (it must not exist, or be empty).
+        dir: PathBuf,
+        /// Package and binary name (default: the folder's name).
+        #[arg(long)]
+        name: Option<String>,
+        /// The CaseOps repository the new crates depend on by path (default: the
+        /// checkout this compiler was built from).
+        #[arg(long, env = "CASEOPS_SOURCE")]
+        caseops: Option<PathBuf>,
+    },
     /// Print the long explanation of a diagnostic code, e.g. `E0107`.
     Explain {
         /// The code, e.g. `E0107`.
@@ -170,6 +184,30 @@ fn main() -> ExitCode {
                     print!("{report}");
                     eprintln!("error: nothing written: the contracts have errors");
                     ExitCode::from(1)
+                }
+                Err(e) => {
+                    eprintln!("error: {e}");
+                    ExitCode::from(2)
+                }
+            }
+        }
+        Command::New { dir, name, caseops } => {
+            let project = caseops_compile::new_project::NewProject { dir, name, caseops };
+            match project.create() {
+                Ok(created) => {
+                    println!(
+                        "created agent `{}` in `{}` ({} files)",
+                        created.agent,
+                        project.dir.display(),
+                        created.files.len()
+                    );
+                    println!("next: cd {}", project.dir.display());
+                    println!("      caseops-compile check && caseops-compile test");
+                    println!(
+                        "      cargo test             # a real run of `{}` through its API and MCP",
+                        created.name
+                    );
+                    ExitCode::SUCCESS
                 }
                 Err(e) => {
                     eprintln!("error: {e}");

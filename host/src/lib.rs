@@ -17,6 +17,7 @@
 //! that a resource exists (see `docs/` in the repository for a walk-through).
 
 pub mod api;
+pub mod cli;
 pub mod events;
 pub mod fault;
 pub mod host;

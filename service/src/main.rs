@@ -5,32 +5,28 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use caseops_generated::Bundle;
-use caseops_host::host::{DEV_SIGNING_KEY, HostConfig, Only};
+use caseops_host::cli::{AuditCommand, DbArgs, HostCli, RunsCommand, ServeArgs};
+use caseops_host::host::{DEV_SIGNING_KEY, HostConfig};
 use caseops_host::openai::{OpenAiConfig, OpenAiResponsesPlanner};
-use caseops_host::store::audit;
-use caseops_host::store::runs::SqlRunStore;
-use caseops_host::store::{Db, redact};
+use caseops_host::out;
+use caseops_host::store::redact;
 use caseops_runtime::ContractBundle;
 use caseops_service::domain::reference_data;
-use caseops_service::keys::dev_keys;
+use caseops_service::keys::{all_scopes, dev_keys};
 use caseops_service::planner::{AnyPlanner, ConformancePlanner};
 use caseops_service::reference::{SCHEMA, seed};
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use serde_json::{Value, json};
 
-/// `println!` that ends the process quietly when standard output is closed
-/// (`caseops demo | head`) instead of panicking.
-macro_rules! out {
-    () => { out!("") };
-    ($($arg:tt)*) => {{
-        use std::io::Write as _;
-        if let Err(e) = writeln!(std::io::stdout(), $($arg)*) {
-            if e.kind() == std::io::ErrorKind::BrokenPipe {
-                std::process::exit(0);
-            }
-        }
-    }};
-}
+/// What the host's shared verbs need to know of this binary.
+const HOST_CLI: HostCli = HostCli {
+    name: "caseops",
+    default_database: "sqlite://caseops.db",
+    default_tenant: Some("tenant-demo"),
+    schema: &SCHEMA,
+    resource_key: Bundle::RESOURCE_ID_FIELD,
+    scopes: all_scopes,
+};
 
 // A run allocates many small short-lived values (JSON, SQL rows, HTTP headers);
 // under load glibc's malloc took about a fifth of the server's CPU (perf).
@@ -47,13 +43,6 @@ struct Cli {
     command: Command,
 }
 
-#[derive(Args, Clone)]
-struct DbArgs {
-    /// Database URL: `sqlite:///path/file.db` or `postgres://user@host/db`.
-    #[arg(long = "database", env = "CASEOPS_DATABASE_URL")]
-    database: Option<String>,
-}
-
 #[derive(Subcommand)]
 enum Command {
     /// Run the C-102 investigation end to end on a fresh embedded database and print
@@ -65,37 +54,7 @@ enum Command {
     /// Serve the API and the MCP tool server.
     Serve {
         #[command(flatten)]
-        db: DbArgs,
-        /// API address: `host:port`, `localhost:port`, or a port alone (loopback).
-        #[arg(long, env = "CASEOPS_LISTEN", default_value = "127.0.0.1:8080", value_parser = listen_address)]
-        listen: SocketAddr,
-        /// MCP tool server address, in the same forms as `--listen`.
-        #[arg(long, env = "CASEOPS_MCP_LISTEN", default_value = "127.0.0.1:8081", value_parser = listen_address)]
-        mcp_listen: SocketAddr,
-        /// Serve only one half (for separate processes).
-        #[arg(long, value_enum)]
-        only: Option<OnlyArg>,
-        /// The MCP server's URL when serving `--only api`.
-        #[arg(long, env = "CASEOPS_MCP_URL")]
-        mcp_url: Option<String>,
-        /// HS256 key for task tokens (at least 32 bytes in production).
-        #[arg(long, env = "CASEOPS_SIGNING_KEY", hide_env_values = true)]
-        signing_key: Option<String>,
-        /// Refuse SQLite, the development API keys and the development signing key.
-        #[arg(long, env = "CASEOPS_PRODUCTION")]
-        production: bool,
-        /// Seconds a run's lease lasts without a renewal before another replica may
-        /// take the run over (its driver renews it every third of this).
-        #[arg(long, env = "CASEOPS_LEASE_SECONDS", default_value_t = 5)]
-        lease_seconds: u64,
-        /// Runs this process drives at once; more wait for a free worker here or
-        /// on another replica.
-        #[arg(long, env = "CASEOPS_WORKERS", default_value_t = 64)]
-        workers: usize,
-        /// On SIGTERM or SIGINT, seconds to let runs finish the step they are in
-        /// before they are handed over to another replica mid-step.
-        #[arg(long, env = "CASEOPS_SHUTDOWN_GRACE_SECONDS", default_value_t = 10)]
-        shutdown_grace_seconds: u64,
+        serve: ServeArgs,
         #[command(flatten)]
         planner: PlannerArgs,
     },
@@ -223,80 +182,11 @@ fn planner(args: PlannerArgs) -> Result<AnyPlanner, String> {
     }
 }
 
-#[derive(Subcommand)]
-enum RunsCommand {
-    /// List a tenant's runs, newest first.
-    List {
-        /// The tenant whose runs to list.
-        #[arg(long, env = "CASEOPS_TENANT", default_value = "tenant-demo")]
-        tenant: String,
-        /// Only runs in this status (`running`, `completed`, `needs_human`,
-        /// `stopped`, `failed`).
-        #[arg(long)]
-        status: Option<String>,
-        /// At most this many runs.
-        #[arg(long, default_value_t = 20)]
-        limit: i64,
-        /// One JSON object per line instead of a table.
-        #[arg(long)]
-        json: bool,
-        #[command(flatten)]
-        db: DbArgs,
-    },
-    /// Print a run with its ledger and checkpoints as JSON.
-    Show {
-        run_id: String,
-        /// The tenant the run belongs to.
-        #[arg(long, env = "CASEOPS_TENANT", default_value = "tenant-demo")]
-        tenant: String,
-        #[command(flatten)]
-        db: DbArgs,
-    },
-}
-
-#[derive(Subcommand)]
-enum AuditCommand {
-    /// Recompute every tenant's audit hash chain; exit 1 if any event was edited,
-    /// inserted or deleted.
-    Verify {
-        #[command(flatten)]
-        db: DbArgs,
-    },
-}
-
 #[derive(Clone, Copy, ValueEnum)]
 enum ScenarioArg {
     AgentRun,
     Replay,
     McpCall,
-}
-
-#[derive(Clone, Copy, ValueEnum)]
-enum OnlyArg {
-    Api,
-    Mcp,
-}
-
-/// `8080` → `127.0.0.1:8080`; `localhost:8080` and other names are resolved (the
-/// first address wins); `0.0.0.0:8080` and `[::1]:8080` are taken as they are.
-fn listen_address(text: &str) -> Result<SocketAddr, String> {
-    use std::net::ToSocketAddrs;
-    if let Ok(port) = text.parse::<u16>() {
-        return Ok(SocketAddr::from(([127, 0, 0, 1], port)));
-    }
-    if let Ok(addr) = text.parse::<SocketAddr>() {
-        return Ok(addr);
-    }
-    match text.to_socket_addrs() {
-        Ok(mut addrs) => addrs
-            .next()
-            .ok_or_else(|| format!("`{text}` names no address")),
-        Err(e) => Err(format!("`{text}` is not `host:port` or a port ({e})")),
-    }
-}
-
-fn default_db() -> String {
-    "sqlite://caseops.db".to_string()
 }
 
 #[tokio::main]
@@ -306,61 +196,24 @@ async fn main() -> ExitCode {
     let result = match cli.command {
         Command::Demo { db } => demo(db.database).await,
         Command::Serve {
-            db,
-            listen,
-            mcp_listen,
-            only,
-            mcp_url,
-            signing_key,
-            production,
-            lease_seconds,
-            workers,
-            shutdown_grace_seconds,
+            serve: args,
             planner: planner_args,
         } => match planner(planner_args) {
-            Ok(planner) => {
-                let lease_ms = (lease_seconds.max(1) * 1000) as i64;
-                let grace = std::time::Duration::from_secs(shutdown_grace_seconds);
-                let opts = ServeOptions {
-                    listen,
-                    mcp_listen,
-                    only,
-                    mcp_url,
-                    signing_key,
-                    production,
-                    lease_ms,
-                    planner,
-                    workers,
-                    grace,
-                };
-                serve(db.database.unwrap_or_else(default_db), opts).await
-            }
+            Ok(planner) => serve(args, planner).await,
             Err(e) => Err(e),
         },
-        Command::Migrate { db } => open(db).await.map(|_| out!("database is up to date")),
-        Command::Seed { db } => match open(db).await {
+        Command::Migrate { db } => caseops_host::cli::migrate(&HOST_CLI, &db)
+            .await
+            .map(|_| out!("database is up to date")),
+        Command::Seed { db } => match caseops_host::cli::migrate(&HOST_CLI, &db).await {
             Ok(db) => seed(&db, &reference_data())
                 .await
                 .map(|_| out!("reference data loaded"))
                 .map_err(|e| e.to_string()),
             Err(e) => Err(e),
         },
-        Command::Runs {
-            command: RunsCommand::Show { run_id, tenant, db },
-        } => show(db, &tenant, &run_id).await,
-        Command::Runs {
-            command:
-                RunsCommand::List {
-                    tenant,
-                    status,
-                    limit,
-                    json,
-                    db,
-                },
-        } => list(db, &tenant, status.as_deref(), limit, json).await,
-        Command::Audit {
-            command: AuditCommand::Verify { db },
-        } => verify(db).await,
+        Command::Runs { command } => caseops_host::cli::runs(&HOST_CLI, command).await,
+        Command::Audit { command } => caseops_host::cli::audit(&HOST_CLI, command).await,
         Command::Bench {
             scenario,
             api,
@@ -426,85 +279,15 @@ async fn main() -> ExitCode {
     }
 }
 
-async fn open(db: DbArgs) -> Result<Db, String> {
-    let url = db.database.unwrap_or_else(default_db);
-    Db::connect(&url, 4, &SCHEMA)
-        .await
-        .map_err(|e| e.to_string())
-}
-
-struct ServeOptions {
-    listen: SocketAddr,
-    mcp_listen: SocketAddr,
-    only: Option<OnlyArg>,
-    mcp_url: Option<String>,
-    signing_key: Option<String>,
-    production: bool,
-    lease_ms: i64,
-    planner: AnyPlanner,
-    workers: usize,
-    grace: std::time::Duration,
-}
-
-async fn serve(database: String, o: ServeOptions) -> Result<(), String> {
-    let ServeOptions {
-        listen,
-        mcp_listen,
-        only,
-        mcp_url,
-        signing_key,
-        production,
-        lease_ms,
-        planner,
-        workers,
-        grace,
-    } = o;
-    let signing_key = signing_key.unwrap_or_else(|| DEV_SIGNING_KEY.to_string());
-    if production {
-        if database.starts_with("sqlite:") {
-            return Err(
-                "production mode refuses SQLite: set CASEOPS_DATABASE_URL to a PostgreSQL URL"
-                    .into(),
-            );
-        }
-        if signing_key == DEV_SIGNING_KEY || signing_key.len() < 32 {
-            return Err("production mode refuses the development signing key: set CASEOPS_SIGNING_KEY (32+ bytes)".into());
-        }
-    }
-    let keys = match std::env::var("CASEOPS_API_KEYS") {
-        Ok(spec) if !spec.trim().is_empty() => parse_api_keys(&spec)?,
-        _ if production => {
-            return Err("production mode refuses the development API keys: set CASEOPS_API_KEYS (`key=tenant:actor;…`)".into());
-        }
-        _ => dev_keys(),
-    };
-    if production && keys.keys().any(|k| dev_keys().contains_key(k)) {
-        return Err(
-            "production mode refuses the development API keys: remove them from CASEOPS_API_KEYS"
-                .into(),
-        );
-    }
-    let config = HostConfig {
-        database_url: database.clone(),
-        schema: &SCHEMA,
-        api_listen: listen,
-        mcp_listen,
-        signing_key,
-        keys,
-        mcp_url,
-        only: only.map(|o| match o {
-            OnlyArg::Api => Only::Api,
-            OnlyArg::Mcp => Only::Mcp,
-        }),
-        lease_ms,
-        workers,
-    };
+async fn serve(args: ServeArgs, planner: AnyPlanner) -> Result<(), String> {
+    let config = args.config(&HOST_CLI, dev_keys())?;
+    let database = config.database_url.clone();
     let running = caseops_service::start(config, planner)
         .await
         .map_err(|e| e.to_string())?;
     // Production data is the operator's: only development serving loads the demo
     // tenants and cases (`caseops seed` loads them anywhere, on request).
-    if !production {
+    if !args.production {
         seed(&running.db, &reference_data())
             .await
             .map_err(|e| e.to_string())?;
@@ -512,163 +295,7 @@ async fn serve(database: String, o: ServeOptions) -> Result<(), String> {
             "caseops: demo reference data loaded (tenant-demo, tenant-other; not in --production)"
         );
     }
-    if let Some(a) = running.api_addr {
-        out!("caseops api on http://{a} (database {})", redact(&database));
-    }
-    if let Some(m) = running.mcp_addr {
-        out!("caseops mcp on http://{m}/mcp");
-    }
-    let signal = stop_signal().await?;
-    out!(
-        "caseops: {signal}: shutting down (grace {} s)",
-        grace.as_secs()
-    );
-    running.shutdown(grace).await;
-    out!("caseops: stopped");
-    Ok(())
-}
-
-/// Waits for SIGTERM (what orchestrators send) or SIGINT (Ctrl-C); names it.
-async fn stop_signal() -> Result<&'static str, String> {
-    use tokio::signal::unix::{SignalKind, signal};
-    let mut term = signal(SignalKind::terminate()).map_err(|e| e.to_string())?;
-    let mut int = signal(SignalKind::interrupt()).map_err(|e| e.to_string())?;
-    Ok(tokio::select! {
-        _ = term.recv() => "SIGTERM",
-        _ = int.recv() => "SIGINT",
-    })
-}
-
-/// `key=tenant:actor;key2=tenant2:actor2` → API principals with every tool scope.
-fn parse_api_keys(
-    spec: &str,
-) -> Result<std::collections::HashMap<String, caseops_host::api::ApiPrincipal>, String> {
-    let scopes: Vec<String> = caseops_generated::Bundle::TOOLS
-        .iter()
-        .map(|t| t.required_scope.to_string())
-        .collect();
-    let mut keys = std::collections::HashMap::new();
-    for (i, entry) in spec
-        .split(';')
-        .map(str::trim)
-        .filter(|e| !e.is_empty())
-        .enumerate()
-    {
-        let bad = || format!("CASEOPS_API_KEYS entry {} is not `key=tenant:actor`", i + 1);
-        let (key, who) = entry.split_once('=').ok_or_else(bad)?;
-        let (tenant, actor) = who.split_once(':').ok_or_else(bad)?;
-        if key.len() < 16 || tenant.is_empty() || actor.is_empty() {
-            return Err(format!("{} (keys are at least 16 characters)", bad()));
-        }
-        keys.insert(
-            key.to_string(),
-            caseops_host::api::ApiPrincipal {
-                tenant_id: tenant.into(),
-                actor: actor.into(),
-                scopes: scopes.clone(),
-            },
-        );
-    }
-    Ok(keys)
-}
-
-/// Opens an existing database without creating or migrating anything.
-async fn open_existing(db: DbArgs) -> Result<Db, String> {
-    let url = db.database.unwrap_or_else(default_db);
-    Db::open_existing(&url, 2, &SCHEMA)
-        .await
-        .map_err(|e| e.to_string())
-}
-
-async fn list(
-    db: DbArgs,
-    tenant: &str,
-    status: Option<&str>,
-    limit: i64,
-    json: bool,
-) -> Result<(), String> {
-    let store = SqlRunStore::new(open_existing(db).await?);
-    let runs = store
-        .list(tenant, status, limit.clamp(1, 10_000))
-        .await
-        .map_err(|e| e.to_string())?;
-    if json {
-        for r in &runs {
-            out!("{}", r.to_json(Bundle::RESOURCE_ID_FIELD));
-        }
-        return Ok(());
-    }
-    out!(
-        "{:<44} {:<12} {:<10} {:>5}  {:<28} created (ms since epoch)",
-        "run",
-        "status",
-        "case",
-        "steps",
-        "stop reason"
-    );
-    for r in &runs {
-        out!(
-            "{:<44} {:<12} {:<10} {:>5}  {:<28} {}",
-            r.run_id,
-            r.status,
-            r.resource_id,
-            r.step_count,
-            r.stop_reason.as_deref().unwrap_or("-"),
-            r.created_at
-        );
-    }
-    if runs.is_empty() {
-        out!("(no runs for tenant `{tenant}`)");
-    }
-    Ok(())
-}
-
-async fn show(db: DbArgs, tenant: &str, run_id: &str) -> Result<(), String> {
-    let store = SqlRunStore::new(open_existing(db).await?);
-    let run = store
-        .get(tenant, run_id)
-        .await
-        .map_err(|e| e.to_string())?
-        .ok_or_else(|| format!("no run `{run_id}` for tenant `{tenant}`"))?;
-    let ledger = store
-        .ledger(tenant, run_id)
-        .await
-        .map_err(|e| e.to_string())?;
-    let checkpoints = store
-        .transitions(tenant, run_id, 0)
-        .await
-        .map_err(|e| e.to_string())?;
-    let cps: Vec<Value> = checkpoints
-        .iter()
-        .map(|c| json!({"sequence": c.sequence, "from": c.from, "to": c.to, "reason": c.reason}))
-        .collect();
-    out!(
-        "{}",
-        serde_json::to_string_pretty(
-            &json!({ "run": run.to_json(Bundle::RESOURCE_ID_FIELD), "tool_executions": ledger, "checkpoints": cps })
-        )
-        .unwrap_or_default()
-    );
-    Ok(())
-}
-
-async fn verify(db: DbArgs) -> Result<(), String> {
-    let db = open_existing(db).await?;
-    let v = audit::verify(&db).await.map_err(|e| e.to_string())?;
-    for p in &v.problems {
-        out!("BROKEN {p}");
-    }
-    out!(
-        "{} audit events in {} tenant chains; {} problems",
-        v.events,
-        v.tenants,
-        v.problems.len()
-    );
-    if v.problems.is_empty() {
-        Ok(())
-    } else {
-        Err("the audit trail does not verify".into())
-    }
+    caseops_host::cli::serve_until_stopped(&HOST_CLI, running, &database, args.grace()).await
 }
 
 /// The JSON body of a response, with any transport or decoding failure as a message.

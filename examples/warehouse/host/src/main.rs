@@ -3,36 +3,53 @@
 //! the host's; this file brings the bundle, a deterministic driver and wiring.
 
 use std::collections::HashMap;
-use std::net::SocketAddr;
+use std::process::ExitCode;
 
 use caseops_host::api::ApiPrincipal;
-use caseops_host::host::{self, App, DEV_SIGNING_KEY, HostConfig};
+use caseops_host::cli::{AuditCommand, DbArgs, HostCli, RunsCommand, ServeArgs};
+use caseops_host::host::{self, App};
 use caseops_runtime::context::PlannerView;
-use caseops_runtime::{Planner, PlannerError};
-use clap::Parser;
+use caseops_runtime::{ContractBundle, Planner, PlannerError};
+use clap::{Parser, Subcommand};
 use serde_json::{Value, json};
 use warehouse_generated::{Bundle, Dispatcher};
 use warehouse_host::tools::{SCHEMA, Warehouse};
 
-/// Serves the warehouse restocking agent: `POST /v1/shelves/{shelf_id}/restock-runs`
-/// with `{"goal": "reserve 5 WIDGET-7"}` and the header `X-API-Key: dev-key-warehouse`.
+const HOST_CLI: HostCli = HostCli {
+    name: "warehouse",
+    default_database: "sqlite://warehouse.db",
+    default_tenant: Some("tenant-a"),
+    schema: &SCHEMA,
+    resource_key: Bundle::RESOURCE_ID_FIELD,
+    scopes: || {
+        Bundle::TOOLS
+            .iter()
+            .map(|t| t.required_scope.into())
+            .collect()
+    },
+};
+
+/// The warehouse restocking agent: `POST /v1/shelves/{shelf_id}/restock-runs` with
+/// `{"goal": "reserve 5 WIDGET-7"}` and the header `X-API-Key: dev-key-warehouse`.
 #[derive(Parser)]
 #[command(name = "warehouse", version, about)]
 struct Cli {
-    /// `sqlite://warehouse.db` or `postgres://…`.
-    #[arg(
-        long,
-        env = "CASEOPS_DATABASE_URL",
-        default_value = "sqlite://warehouse.db"
-    )]
-    database: String,
-    #[arg(long, env = "CASEOPS_LISTEN", default_value = "127.0.0.1:8090")]
-    listen: SocketAddr,
-    #[arg(long, env = "CASEOPS_MCP_LISTEN", default_value = "127.0.0.1:8091")]
-    mcp_listen: SocketAddr,
-    /// How long a run's lease lasts without renewal.
-    #[arg(long, env = "CASEOPS_LEASE_SECONDS", default_value_t = 5)]
-    lease_seconds: u64,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Serve the API and the MCP tool server (development stock on shelf S-1).
+    Serve(ServeArgs),
+    /// Create or upgrade the database schema.
+    Migrate(DbArgs),
+    /// Inspect runs.
+    #[command(subcommand)]
+    Runs(RunsCommand),
+    /// Audit trail tools.
+    #[command(subcommand)]
+    Audit(AuditCommand),
 }
 
 /// The deterministic driver: look the product up, reserve if stock allows, answer.
@@ -97,30 +114,18 @@ impl Planner for Driver {
     }
 }
 
-#[tokio::main]
-async fn main() -> Result<(), String> {
-    caseops_host::install_tls_provider();
-    let cli = Cli::parse();
-    let keys = HashMap::from([(
-        "dev-key-warehouse".to_string(),
-        ApiPrincipal {
-            tenant_id: "tenant-a".into(),
-            actor: "user:stock-keeper".into(),
-            scopes: vec!["inventory:read".into(), "inventory:reserve".into()],
-        },
-    )]);
-    let config = HostConfig {
-        database_url: cli.database.clone(),
-        schema: &SCHEMA,
-        api_listen: cli.listen,
-        mcp_listen: cli.mcp_listen,
-        signing_key: DEV_SIGNING_KEY.into(),
-        keys,
-        mcp_url: None,
-        only: None,
-        lease_ms: cli.lease_seconds as i64 * 1000,
-        workers: 16,
+fn dev_keys() -> HashMap<String, ApiPrincipal> {
+    let principal = ApiPrincipal {
+        tenant_id: "tenant-a".into(),
+        actor: "user:stock-keeper".into(),
+        scopes: (HOST_CLI.scopes)(),
     };
+    HashMap::from([("dev-key-warehouse".to_string(), principal)])
+}
+
+async fn serve(args: ServeArgs) -> Result<(), String> {
+    let config = args.config(&HOST_CLI, dev_keys())?;
+    let database = config.database_url.clone();
     let app = App {
         planner: Driver,
         tools: |db: &caseops_host::store::Db| Dispatcher(Warehouse { db: db.clone() }),
@@ -129,21 +134,31 @@ async fn main() -> Result<(), String> {
     let running = host::start::<Bundle, _, _, _>(config, app)
         .await
         .map_err(|e| e.to_string())?;
-    Warehouse {
-        db: running.db.clone(),
+    if !args.production {
+        let warehouse = Warehouse {
+            db: running.db.clone(),
+        };
+        warehouse.seed().await.map_err(|e| e.to_string())?;
     }
-    .seed()
-    .await
-    .map_err(|e| e.to_string())?;
-    if let (Some(api), Some(mcp)) = (running.api_addr, running.mcp_addr) {
-        println!("warehouse api on http://{api}, mcp on http://{mcp}/mcp");
+    caseops_host::cli::serve_until_stopped(&HOST_CLI, running, &database, args.grace()).await
+}
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    caseops_host::install_tls_provider();
+    let result = match Cli::parse().command {
+        Command::Serve(args) => serve(args).await,
+        Command::Migrate(db) => caseops_host::cli::migrate(&HOST_CLI, &db)
+            .await
+            .map(|_| caseops_host::out!("database is up to date")),
+        Command::Runs(command) => caseops_host::cli::runs(&HOST_CLI, command).await,
+        Command::Audit(command) => caseops_host::cli::audit(&HOST_CLI, command).await,
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(message) => {
+            eprintln!("error: {message}");
+            ExitCode::from(1)
+        }
     }
-    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
-        .map_err(|e| e.to_string())?;
-    tokio::select! {
-        _ = tokio::signal::ctrl_c() => {}
-        _ = term.recv() => {}
-    }
-    running.shutdown(std::time::Duration::from_secs(10)).await;
-    Ok(())
 }

@@ -27,7 +27,7 @@ impl Drop for Server {
 /// Starts `warehouse` on free loopback ports and waits for its address line.
 fn start(database: &str, env: &[(&str, &str)]) -> Server {
     let mut child = Command::new(env!("CARGO_BIN_EXE_warehouse"))
-        .args(["--database", database, "--listen", "127.0.0.1:0"])
+        .args(["serve", "--database", database, "--listen", "127.0.0.1:0"])
         .args(["--mcp-listen", "127.0.0.1:0", "--lease-seconds", "1"])
         .envs(env.iter().copied())
         .stdout(Stdio::piped())

@@ -1,0 +1,3 @@
+//! The __name__ agent's tool handlers (the binary is `__name__`).
+
+pub mod tools;

@@ -1,0 +1,440 @@
+//! Command-line building blocks every host binary shares: the `serve` options (with
+//! production's refusals), `migrate`, `runs list|show` and `audit verify`. A binary
+//! flattens these into its own `clap` command and adds what is its own (a demo,
+//! seeding its reference data, a benchmark).
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use clap::{Args, Subcommand, ValueEnum};
+use serde_json::{Value, json};
+
+use crate::api::ApiPrincipal;
+use crate::host::{DEV_SIGNING_KEY, HostConfig, Only, RunningHost};
+use crate::store::runs::SqlRunStore;
+use crate::store::{AppSchema, Db, audit, redact};
+
+/// `println!` that ends the process quietly when standard output is closed
+/// (`caseops demo | head`) instead of panicking.
+#[macro_export]
+macro_rules! out {
+    () => { $crate::out!("") };
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        if let Err(e) = writeln!(std::io::stdout(), $($arg)*) {
+            if e.kind() == std::io::ErrorKind::BrokenPipe {
+                std::process::exit(0);
+            }
+        }
+    }};
+}
+
+/// What a binary tells the shared verbs about itself.
+#[derive(Debug, Clone, Copy)]
+pub struct HostCli {
+    /// The binary's name, as its messages start.
+    pub name: &'static str,
+    /// The database when `--database` and `CASEOPS_DATABASE_URL` are unset.
+    pub default_database: &'static str,
+    /// The tenant `runs` reads when `--tenant` is not given (a development tenant).
+    pub default_tenant: Option<&'static str>,
+    pub schema: &'static AppSchema,
+    /// The run contract's resource id field (`ContractBundle::RESOURCE_ID_FIELD`).
+    pub resource_key: &'static str,
+    /// The scopes an API key from `CASEOPS_API_KEYS` carries: every tool's.
+    pub scopes: fn() -> Vec<String>,
+}
+
+#[derive(Args, Clone, Debug)]
+pub struct DbArgs {
+    /// Database URL: `sqlite:///path/file.db` or `postgres://user@host/db`.
+    #[arg(long = "database", env = "CASEOPS_DATABASE_URL")]
+    pub database: Option<String>,
+}
+
+impl DbArgs {
+    pub fn url(&self, cli: &HostCli) -> String {
+        self.database
+            .clone()
+            .unwrap_or_else(|| cli.default_database.to_string())
+    }
+}
+
+#[derive(Clone, Copy, Debug, ValueEnum)]
+pub enum OnlyArg {
+    Api,
+    Mcp,
+}
+
+/// The options of `serve`.
+#[derive(Args, Clone, Debug)]
+pub struct ServeArgs {
+    #[command(flatten)]
+    pub db: DbArgs,
+    /// API address: `host:port`, `localhost:port`, or a port alone (loopback).
+    #[arg(long, env = "CASEOPS_LISTEN", default_value = "127.0.0.1:8080", value_parser = listen_address)]
+    pub listen: SocketAddr,
+    /// MCP tool server address, in the same forms as `--listen`.
+    #[arg(long, env = "CASEOPS_MCP_LISTEN", default_value = "127.0.0.1:8081", value_parser = listen_address)]
+    pub mcp_listen: SocketAddr,
+    /// Serve only one half (for separate processes).
+    #[arg(long, value_enum)]
+    pub only: Option<OnlyArg>,
+    /// The MCP server's URL when serving `--only api`.
+    #[arg(long, env = "CASEOPS_MCP_URL")]
+    pub mcp_url: Option<String>,
+    /// HS256 key for task tokens (at least 32 bytes in production).
+    #[arg(long, env = "CASEOPS_SIGNING_KEY", hide_env_values = true)]
+    pub signing_key: Option<String>,
+    /// Refuse SQLite, the development API keys and the development signing key.
+    #[arg(long, env = "CASEOPS_PRODUCTION")]
+    pub production: bool,
+    /// Seconds a run's lease lasts without a renewal before another replica may
+    /// take the run over (its driver renews it every third of this).
+    #[arg(long, env = "CASEOPS_LEASE_SECONDS", default_value_t = 5)]
+    pub lease_seconds: u64,
+    /// Runs this process drives at once; more wait for a free worker here or
+    /// on another replica.
+    #[arg(long, env = "CASEOPS_WORKERS", default_value_t = 64)]
+    pub workers: usize,
+    /// On SIGTERM or SIGINT, seconds to let runs finish the step they are in
+    /// before they are handed over to another replica mid-step.
+    #[arg(long, env = "CASEOPS_SHUTDOWN_GRACE_SECONDS", default_value_t = 10)]
+    pub shutdown_grace_seconds: u64,
+}
+
+impl ServeArgs {
+    pub fn grace(&self) -> Duration {
+        Duration::from_secs(self.shutdown_grace_seconds)
+    }
+
+    /// The host configuration these options describe. API keys come from
+    /// `CASEOPS_API_KEYS`, else `dev_keys`; production refuses SQLite, the
+    /// development signing key and development keys.
+    pub fn config(
+        &self,
+        cli: &HostCli,
+        dev_keys: HashMap<String, ApiPrincipal>,
+    ) -> Result<HostConfig, String> {
+        let database = self.db.url(cli);
+        let signing_key = self
+            .signing_key
+            .clone()
+            .unwrap_or_else(|| DEV_SIGNING_KEY.to_string());
+        if self.production {
+            if database.starts_with("sqlite:") {
+                return Err(
+                    "production mode refuses SQLite: set CASEOPS_DATABASE_URL to a PostgreSQL URL"
+                        .into(),
+                );
+            }
+            if signing_key == DEV_SIGNING_KEY || signing_key.len() < 32 {
+                return Err("production mode refuses the development signing key: set CASEOPS_SIGNING_KEY (32+ bytes)".into());
+            }
+        }
+        let keys = match std::env::var("CASEOPS_API_KEYS") {
+            Ok(spec) if !spec.trim().is_empty() => parse_api_keys(&spec, &(cli.scopes)())?,
+            _ if self.production => {
+                return Err("production mode refuses the development API keys: set CASEOPS_API_KEYS (`key=tenant:actor;…`)".into());
+            }
+            _ => dev_keys.clone(),
+        };
+        if self.production && keys.keys().any(|k| dev_keys.contains_key(k)) {
+            return Err(
+                "production mode refuses the development API keys: remove them from CASEOPS_API_KEYS"
+                    .into(),
+            );
+        }
+        Ok(HostConfig {
+            database_url: database,
+            schema: cli.schema,
+            api_listen: self.listen,
+            mcp_listen: self.mcp_listen,
+            signing_key,
+            keys,
+            mcp_url: self.mcp_url.clone(),
+            only: self.only.map(|o| match o {
+                OnlyArg::Api => Only::Api,
+                OnlyArg::Mcp => Only::Mcp,
+            }),
+            lease_ms: (self.lease_seconds.max(1) * 1000) as i64,
+            workers: self.workers,
+        })
+    }
+}
+
+/// Prints where a started host listens, waits for SIGTERM or SIGINT, then shuts it
+/// down gracefully.
+pub async fn serve_until_stopped(
+    cli: &HostCli,
+    running: RunningHost,
+    database_url: &str,
+    grace: Duration,
+) -> Result<(), String> {
+    let name = cli.name;
+    // A server outlives whoever reads its start-up lines (a test, a supervisor that
+    // closes the pipe): a closed stdout must not stop it, unlike `out!`.
+    let say = |line: String| {
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stdout(), "{line}");
+    };
+    if let Some(a) = running.api_addr {
+        say(format!(
+            "{name} api on http://{a} (database {})",
+            redact(database_url)
+        ));
+    }
+    if let Some(m) = running.mcp_addr {
+        say(format!("{name} mcp on http://{m}/mcp"));
+    }
+    let signal = stop_signal().await?;
+    say(format!(
+        "{name}: {signal}: shutting down (grace {} s)",
+        grace.as_secs()
+    ));
+    running.shutdown(grace).await;
+    say(format!("{name}: stopped"));
+    Ok(())
+}
+
+/// `8080` → `127.0.0.1:8080`; `localhost:8080` and other names are resolved (the
+/// first address wins); `0.0.0.0:8080` and `[::1]:8080` are taken as they are.
+pub fn listen_address(text: &str) -> Result<SocketAddr, String> {
+    use std::net::ToSocketAddrs;
+    if let Ok(port) = text.parse::<u16>() {
+        return Ok(SocketAddr::from(([127, 0, 0, 1], port)));
+    }
+    if let Ok(addr) = text.parse::<SocketAddr>() {
+        return Ok(addr);
+    }
+    match text.to_socket_addrs() {
+        Ok(mut addrs) => addrs
+            .next()
+            .ok_or_else(|| format!("`{text}` names no address")),
+        Err(e) => Err(format!("`{text}` is not `host:port` or a port ({e})")),
+    }
+}
+
+/// Waits for SIGTERM (what orchestrators send) or SIGINT (Ctrl-C); names it.
+pub async fn stop_signal() -> Result<&'static str, String> {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut term = signal(SignalKind::terminate()).map_err(|e| e.to_string())?;
+    let mut int = signal(SignalKind::interrupt()).map_err(|e| e.to_string())?;
+    Ok(tokio::select! {
+        _ = term.recv() => "SIGTERM",
+        _ = int.recv() => "SIGINT",
+    })
+}
+
+/// `key=tenant:actor;key2=tenant2:actor2` → API principals with `scopes`.
+pub fn parse_api_keys(
+    spec: &str,
+    scopes: &[String],
+) -> Result<HashMap<String, ApiPrincipal>, String> {
+    let mut keys = HashMap::new();
+    for (i, entry) in spec
+        .split(';')
+        .map(str::trim)
+        .filter(|e| !e.is_empty())
+        .enumerate()
+    {
+        let bad = || format!("CASEOPS_API_KEYS entry {} is not `key=tenant:actor`", i + 1);
+        let (key, who) = entry.split_once('=').ok_or_else(bad)?;
+        let (tenant, actor) = who.split_once(':').ok_or_else(bad)?;
+        if key.len() < 16 || tenant.is_empty() || actor.is_empty() {
+            return Err(format!("{} (keys are at least 16 characters)", bad()));
+        }
+        keys.insert(
+            key.to_string(),
+            ApiPrincipal {
+                tenant_id: tenant.into(),
+                actor: actor.into(),
+                scopes: scopes.to_vec(),
+            },
+        );
+    }
+    Ok(keys)
+}
+
+/// `migrate`: creates or upgrades the schema (the host's and the application's).
+pub async fn migrate(cli: &HostCli, db: &DbArgs) -> Result<Db, String> {
+    Db::connect(&db.url(cli), 4, cli.schema)
+        .await
+        .map_err(|e| e.to_string())
+}
+
+/// Opens an existing database without creating or migrating anything.
+async fn open_existing(cli: &HostCli, db: &DbArgs) -> Result<Db, String> {
+    Db::open_existing(&db.url(cli), 2, cli.schema)
+        .await
+        .map_err(|e| e.to_string())
+}
+
+#[derive(Subcommand, Clone, Debug)]
+pub enum RunsCommand {
+    /// List a tenant's runs, newest first.
+    List {
+        /// The tenant whose runs to list (default: the development tenant).
+        #[arg(long, env = "CASEOPS_TENANT")]
+        tenant: Option<String>,
+        /// Only runs in this status (`running`, `completed`, `needs_human`,
+        /// `stopped`, `failed`).
+        #[arg(long)]
+        status: Option<String>,
+        /// At most this many runs.
+        #[arg(long, default_value_t = 20)]
+        limit: i64,
+        /// One JSON object per line instead of a table.
+        #[arg(long)]
+        json: bool,
+        #[command(flatten)]
+        db: DbArgs,
+    },
+    /// Print a run with its ledger and checkpoints as JSON.
+    Show {
+        run_id: String,
+        /// The tenant the run belongs to (default: the development tenant).
+        #[arg(long, env = "CASEOPS_TENANT")]
+        tenant: Option<String>,
+        #[command(flatten)]
+        db: DbArgs,
+    },
+}
+
+#[derive(Subcommand, Clone, Debug)]
+pub enum AuditCommand {
+    /// Recompute every tenant's audit hash chain; exit 1 if any event was edited,
+    /// inserted or deleted.
+    Verify {
+        #[command(flatten)]
+        db: DbArgs,
+    },
+}
+
+fn tenant(cli: &HostCli, given: Option<String>) -> Result<String, String> {
+    given
+        .or(cli.default_tenant.map(str::to_string))
+        .ok_or_else(|| "`--tenant` (or CASEOPS_TENANT) is required".to_string())
+}
+
+/// `runs list` and `runs show`.
+pub async fn runs(cli: &HostCli, command: RunsCommand) -> Result<(), String> {
+    match command {
+        RunsCommand::List {
+            tenant: t,
+            status,
+            limit,
+            json,
+            db,
+        } => {
+            let t = tenant(cli, t)?;
+            list(cli, &db, &t, status.as_deref(), limit, json).await
+        }
+        RunsCommand::Show {
+            run_id,
+            tenant: t,
+            db,
+        } => show(cli, &db, &tenant(cli, t)?, &run_id).await,
+    }
+}
+
+async fn list(
+    cli: &HostCli,
+    db: &DbArgs,
+    tenant: &str,
+    status: Option<&str>,
+    limit: i64,
+    json: bool,
+) -> Result<(), String> {
+    let store = SqlRunStore::new(open_existing(cli, db).await?);
+    let runs = store
+        .list(tenant, status, limit.clamp(1, 10_000))
+        .await
+        .map_err(|e| e.to_string())?;
+    if json {
+        for r in &runs {
+            out!("{}", r.to_json(cli.resource_key));
+        }
+        return Ok(());
+    }
+    let resource = cli
+        .resource_key
+        .strip_suffix("_id")
+        .unwrap_or(cli.resource_key);
+    out!(
+        "{:<44} {:<12} {:<10} {:>5}  {:<28} created (ms since epoch)",
+        "run",
+        "status",
+        resource,
+        "steps",
+        "stop reason"
+    );
+    for r in &runs {
+        out!(
+            "{:<44} {:<12} {:<10} {:>5}  {:<28} {}",
+            r.run_id,
+            r.status,
+            r.resource_id,
+            r.step_count,
+            r.stop_reason.as_deref().unwrap_or("-"),
+            r.created_at
+        );
+    }
+    if runs.is_empty() {
+        out!("(no runs for tenant `{tenant}`)");
+    }
+    Ok(())
+}
+
+async fn show(cli: &HostCli, db: &DbArgs, tenant: &str, run_id: &str) -> Result<(), String> {
+    let store = SqlRunStore::new(open_existing(cli, db).await?);
+    let run = store
+        .get(tenant, run_id)
+        .await
+        .map_err(|e| e.to_string())?
+        .ok_or_else(|| format!("no run `{run_id}` for tenant `{tenant}`"))?;
+    let ledger = store
+        .ledger(tenant, run_id)
+        .await
+        .map_err(|e| e.to_string())?;
+    let checkpoints = store
+        .transitions(tenant, run_id, 0)
+        .await
+        .map_err(|e| e.to_string())?;
+    let cps: Vec<Value> = checkpoints
+        .iter()
+        .map(|c| json!({"sequence": c.sequence, "from": c.from, "to": c.to, "reason": c.reason}))
+        .collect();
+    out!(
+        "{}",
+        serde_json::to_string_pretty(&json!({
+            "run": run.to_json(cli.resource_key),
+            "tool_executions": ledger,
+            "checkpoints": cps,
+        }))
+        .unwrap_or_default()
+    );
+    Ok(())
+}
+
+/// `audit verify`.
+pub async fn audit(cli: &HostCli, command: AuditCommand) -> Result<(), String> {
+    let AuditCommand::Verify { db } = command;
+    let db = open_existing(cli, &db).await?;
+    let v = audit::verify(&db).await.map_err(|e| e.to_string())?;
+    for p in &v.problems {
+        out!("BROKEN {p}");
+    }
+    out!(
+        "{} audit events in {} tenant chains; {} problems",
+        v.events,
+        v.tenants,
+        v.problems.len()
+    );
+    if v.problems.is_empty() {
+        Ok(())
+    } else {
+        Err("the audit trail does not verify".into())
+    }
+}

@@ -61,7 +61,7 @@ impl DbArgs {
     }
 }
 
-#[derive(Clone, Copy, Debug, ValueEnum)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum OnlyArg {
     Api,
     Mcp,
@@ -84,12 +84,37 @@ pub struct ServeArgs {
     /// The MCP server's URL when serving `--only api`.
     #[arg(long, env = "CASEOPS_MCP_URL")]
     pub mcp_url: Option<String>,
+    /// The URL clients reach this MCP server at, when it is not the bind address
+    /// (another host, a port-forward, a proxy): the task tokens' audience and what
+    /// its challenges and metadata advertise. Required with an all-interfaces bind.
+    #[arg(long, env = "CASEOPS_MCP_PUBLIC_URL")]
+    pub mcp_public_url: Option<String>,
+    /// `Host` values the MCP server accepts besides its public URL's (and, for a
+    /// loopback bind, the loopback names); comma-separated `host:port`.
+    #[arg(long, env = "CASEOPS_ALLOWED_HOSTS", value_delimiter = ',')]
+    pub allowed_hosts: Vec<String>,
+    /// Browser `Origin` values the MCP server accepts besides its public URL's;
+    /// comma-separated `scheme://host:port`.
+    #[arg(long, env = "CASEOPS_ALLOWED_ORIGINS", value_delimiter = ',')]
+    pub allowed_origins: Vec<String>,
+    /// The issuer of task tokens: the API's URL (default `http://<--listen>`).
+    /// An API and an MCP server run apart need the same value.
+    #[arg(long, env = "CASEOPS_TOKEN_ISSUER")]
+    pub token_issuer: Option<String>,
     /// HS256 key for task tokens (at least 32 bytes in production).
     #[arg(long, env = "CASEOPS_SIGNING_KEY", hide_env_values = true)]
     pub signing_key: Option<String>,
-    /// Refuse SQLite, the development API keys and the development signing key.
-    #[arg(long, env = "CASEOPS_PRODUCTION")]
+    /// Refuse what is unsafe outside development, all reported at once: SQLite,
+    /// development or low-entropy keys, plain HTTP on a non-loopback address
+    /// (`1`, `yes`, `true`, `on` in any case enable it from the environment).
+    #[arg(long, env = "CASEOPS_PRODUCTION", action = clap::ArgAction::SetTrue,
+          value_parser = clap::builder::BoolishValueParser::new())]
     pub production: bool,
+    /// TLS is terminated by a proxy in front of this process: production mode then
+    /// accepts a non-loopback plain-HTTP bind.
+    #[arg(long, env = "CASEOPS_BEHIND_TLS_PROXY", action = clap::ArgAction::SetTrue,
+          value_parser = clap::builder::BoolishValueParser::new())]
+    pub behind_tls_proxy: bool,
     /// Seconds a run's lease lasts without a renewal before another replica may
     /// take the run over (its driver renews it every third of this).
     #[arg(long, env = "CASEOPS_LEASE_SECONDS", default_value_t = 5)]
@@ -122,30 +147,18 @@ impl ServeArgs {
             .signing_key
             .clone()
             .unwrap_or_else(|| DEV_SIGNING_KEY.to_string());
-        if self.production {
-            if database.starts_with("sqlite:") {
-                return Err(
-                    "production mode refuses SQLite: set CASEOPS_DATABASE_URL to a PostgreSQL URL"
-                        .into(),
-                );
-            }
-            if signing_key == DEV_SIGNING_KEY || signing_key.len() < 32 {
-                return Err("production mode refuses the development signing key: set CASEOPS_SIGNING_KEY (32+ bytes)".into());
-            }
-        }
         let keys = match std::env::var("CASEOPS_API_KEYS") {
-            Ok(spec) if !spec.trim().is_empty() => parse_api_keys(&spec, &(cli.scopes)())?,
-            _ if self.production => {
-                return Err("production mode refuses the development API keys: set CASEOPS_API_KEYS (`key=tenant:actor;…`)".into());
-            }
-            _ => dev_keys.clone(),
+            Ok(spec) if !spec.trim().is_empty() => Some(parse_api_keys(&spec, &(cli.scopes)())?),
+            _ => None,
         };
-        if self.production && keys.keys().any(|k| dev_keys.contains_key(k)) {
-            return Err(
-                "production mode refuses the development API keys: remove them from CASEOPS_API_KEYS"
-                    .into(),
-            );
+        if self.production {
+            let refused =
+                self.production_refusals(&database, &signing_key, keys.as_ref(), &dev_keys);
+            if !refused.is_empty() {
+                return Err(format!("production mode refuses {}", refused.join("; ")));
+            }
         }
+        let keys = keys.unwrap_or(dev_keys);
         Ok(HostConfig {
             database_url: database,
             schema: cli.schema,
@@ -154,6 +167,10 @@ impl ServeArgs {
             signing_key,
             keys,
             mcp_url: self.mcp_url.clone(),
+            mcp_public_url: self.mcp_public_url.clone(),
+            allowed_hosts: self.allowed_hosts.clone(),
+            allowed_origins: self.allowed_origins.clone(),
+            token_issuer: self.token_issuer.clone(),
             only: self.only.map(|o| match o {
                 OnlyArg::Api => Only::Api,
                 OnlyArg::Mcp => Only::Mcp,
@@ -162,6 +179,63 @@ impl ServeArgs {
             workers: self.workers,
         })
     }
+}
+
+impl ServeArgs {
+    /// Every weak setting at once, so that one attempt shows all there is to fix.
+    fn production_refusals(
+        &self,
+        database: &str,
+        signing_key: &str,
+        keys: Option<&HashMap<String, ApiPrincipal>>,
+        dev_keys: &HashMap<String, ApiPrincipal>,
+    ) -> Vec<String> {
+        let mut refused = Vec::new();
+        if database.starts_with("sqlite:") {
+            refused.push("SQLite (set CASEOPS_DATABASE_URL to a PostgreSQL URL)".to_string());
+        }
+        if signing_key == DEV_SIGNING_KEY {
+            refused.push("the development signing key (set CASEOPS_SIGNING_KEY: 32+ bytes, 16+ distinct characters)".into());
+        } else if signing_key.len() < 32 || distinct(signing_key) < 16 {
+            refused.push("a weak signing key (CASEOPS_SIGNING_KEY needs 32+ bytes and 16+ distinct characters)".into());
+        }
+        match keys {
+            None => refused.push(
+                "the development API keys (set CASEOPS_API_KEYS: `key=tenant:actor;…`)".into(),
+            ),
+            Some(keys) => {
+                if keys.keys().any(|k| dev_keys.contains_key(k)) {
+                    refused.push("development API keys in CASEOPS_API_KEYS".into());
+                }
+                let weak = keys.keys().filter(|k| distinct(k) < 16).count();
+                if weak > 0 {
+                    refused.push(format!(
+                        "{weak} API key(s) in CASEOPS_API_KEYS with fewer than 16 distinct characters"
+                    ));
+                }
+            }
+        }
+        if !self.behind_tls_proxy {
+            let api = (self.only != Some(OnlyArg::Mcp)).then_some((self.listen, "--listen"));
+            let mcp =
+                (self.only != Some(OnlyArg::Api)).then_some((self.mcp_listen, "--mcp-listen"));
+            for (addr, flag) in [api, mcp].into_iter().flatten() {
+                if !addr.ip().is_loopback() {
+                    refused.push(format!(
+                        "plain HTTP on `{addr}` ({flag}) (terminate TLS in front of it and pass --behind-tls-proxy)"
+                    ));
+                }
+            }
+        }
+        refused
+    }
+}
+
+fn distinct(text: &str) -> usize {
+    let mut chars: Vec<char> = text.chars().collect();
+    chars.sort_unstable();
+    chars.dedup();
+    chars.len()
 }
 
 /// Prints where a started host listens, waits for SIGTERM or SIGINT, then shuts it
@@ -186,7 +260,14 @@ pub async fn serve_until_stopped(
         ));
     }
     if let Some(m) = running.mcp_addr {
-        say(format!("{name} mcp on http://{m}/mcp"));
+        let bound = format!("http://{m}/mcp");
+        match running.mcp_url == bound {
+            true => say(format!("{name} mcp on {bound}")),
+            false => say(format!(
+                "{name} mcp on {bound} (public URL {})",
+                running.mcp_url
+            )),
+        }
     }
     let signal = stop_signal().await?;
     say(format!(

@@ -17,7 +17,6 @@ use tokio_util::sync::CancellationToken;
 
 /// The signing key used when none is configured; production mode refuses it.
 pub const DEV_SIGNING_KEY: &str = "caseops-development-signing-key-do-not-use";
-pub const TOKEN_ISSUER: &str = "caseops";
 pub const TOKEN_TTL_SECONDS: u64 = 300;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -37,6 +36,17 @@ pub struct HostConfig {
     pub keys: std::collections::HashMap<String, ApiPrincipal>,
     /// With `only = Api`, where the separate MCP server is.
     pub mcp_url: Option<String>,
+    /// The URL clients reach this process's MCP server at: the token audience, and
+    /// what its challenges and metadata advertise (default `http://<mcp bind>/mcp`).
+    pub mcp_public_url: Option<String>,
+    /// `Host` and `Origin` values the MCP server accepts besides its public URL's
+    /// (and the loopback names, for a loopback bind).
+    pub allowed_hosts: Vec<String>,
+    pub allowed_origins: Vec<String>,
+    /// The task tokens' issuer, an https or http URL naming the API that issues
+    /// them (RFC 9728 `authorization_servers`); both halves of a split deployment
+    /// need the same (default `http://<api address>`).
+    pub token_issuer: Option<String>,
     pub only: Option<Only>,
     /// How long a run's lease lasts without a renewal (see `SqlRunStore::claim`).
     pub lease_ms: i64,
@@ -66,6 +76,8 @@ pub struct RunningHost {
     pub api_addr: Option<SocketAddr>,
     pub mcp_addr: Option<SocketAddr>,
     pub mcp_url: String,
+    /// The `iss` of the task tokens this host issues or accepts.
+    pub token_issuer: String,
     workers: Option<Arc<Workers>>,
     api: Option<Server>,
     mcp: Option<Server>,
@@ -183,13 +195,42 @@ where
     let db = Db::connect(&config.database_url, 8, config.schema).await?;
     let key = config.signing_key.as_bytes().to_vec();
 
+    let api_addr = match &api_listener {
+        Some(l) => l
+            .local_addr()
+            .map_err(|e| HostError::Setup(e.to_string()))?,
+        None => config.api_listen,
+    };
+    let issuer_url = config
+        .token_issuer
+        .clone()
+        .unwrap_or_else(|| match api_addr.ip().is_unspecified() {
+            // An identifier, not a route: an all-interfaces bind names the host.
+            true => format!("http://localhost:{}", api_addr.port()),
+            false => format!("http://{api_addr}"),
+        })
+        .trim_end_matches('/')
+        .to_string();
+    if !reqwest::Url::parse(&issuer_url).is_ok_and(|u| matches!(u.scheme(), "http" | "https")) {
+        return Err(HostError::Setup(format!(
+            "`--token-issuer {issuer_url}` is not an http(s) URL"
+        )));
+    }
+
     let mut mcp_addr = None;
     let mut mcp = None;
     let mcp_url = if let Some(listener) = mcp_listener {
         let addr = listener
             .local_addr()
             .map_err(|e| HostError::Setup(e.to_string()))?;
-        let mcp_config = McpConfig::loopback(addr, TOKEN_ISSUER);
+        let mcp_config = McpConfig::public(
+            addr,
+            config.mcp_public_url.as_deref(),
+            &issuer_url,
+            &config.allowed_hosts,
+            &config.allowed_origins,
+        )
+        .map_err(|e| HostError::Setup(e.to_string()))?;
         let url = mcp_config.resource_url.clone();
         let server = McpServer::<B, _>::new(mcp_config, &key, (app.tools)(&db))
             .map_err(|e| HostError::Setup(e.to_string()))?;
@@ -203,13 +244,12 @@ where
             .ok_or_else(|| HostError::Setup("`--only api` needs `--mcp-url`".into()))?
     };
 
-    let mut api_addr = None;
     let mut api = None;
     let mut workers = None;
     if let Some(listener) = api_listener {
         let issuer = TokenIssuer::new(
             &key,
-            TOKEN_ISSUER,
+            &issuer_url,
             mcp_url.clone(),
             B::RESOURCE_ID_FIELD,
             TOKEN_TTL_SECONDS,
@@ -256,17 +296,13 @@ where
             // covers a takeover. Past it the request answers 202.
             default_wait: budget + std::time::Duration::from_secs(10),
         };
-        api_addr = Some(
-            listener
-                .local_addr()
-                .map_err(|e| HostError::Setup(e.to_string()))?,
-        );
         api = Some(Server::spawn("api", listener, api::router(Arc::new(state))));
         workers = Some(pool);
     }
     Ok(RunningHost {
         db,
-        api_addr,
+        api_addr: api.as_ref().map(|_| api_addr),
+        token_issuer: issuer_url,
         mcp_addr,
         mcp_url,
         workers,

@@ -29,6 +29,8 @@ pub struct BenchConfig {
     pub mcp_url: String,
     pub api_key: String,
     pub signing_key: String,
+    /// The server's task-token issuer (its `--token-issuer`, by default its API URL).
+    pub token_issuer: String,
     pub concurrency: usize,
     pub duration: Duration,
     pub requests: Option<u64>,
@@ -135,7 +137,7 @@ pub async fn run(config: BenchConfig) -> Result<BenchReport, String> {
         .map_err(|e| e.to_string())?;
     let issuer = TokenIssuer::new(
         config.signing_key.as_bytes(),
-        caseops_host::host::TOKEN_ISSUER,
+        &config.token_issuer,
         config.mcp_url.clone(),
         "case_id",
         600,

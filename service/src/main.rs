@@ -54,7 +54,7 @@ enum Command {
     /// Serve the API and the MCP tool server.
     Serve {
         #[command(flatten)]
-        serve: ServeArgs,
+        serve: Box<ServeArgs>,
         #[command(flatten)]
         planner: PlannerArgs,
     },
@@ -115,6 +115,9 @@ enum Command {
         /// The server's task-token signing key (for `mcp-call`).
         #[arg(long, env = "CASEOPS_SIGNING_KEY", default_value = DEV_SIGNING_KEY, hide_default_value = true, hide_env_values = true)]
         signing_key: String,
+        /// The server's task-token issuer, for `mcp-call` (default: `--api`).
+        #[arg(long, env = "CASEOPS_TOKEN_ISSUER")]
+        token_issuer: Option<String>,
         /// Print one JSON object instead of a table row.
         #[arg(long)]
         json: bool,
@@ -199,7 +202,7 @@ async fn main() -> ExitCode {
             serve: args,
             planner: planner_args,
         } => match planner(planner_args) {
-            Ok(planner) => serve(args, planner).await,
+            Ok(planner) => serve(*args, planner).await,
             Err(e) => Err(e),
         },
         Command::Migrate { db } => caseops_host::cli::migrate(&HOST_CLI, &db)
@@ -224,6 +227,7 @@ async fn main() -> ExitCode {
             warmup,
             api_key,
             signing_key,
+            token_issuer,
             json,
             allow_remote,
         } => {
@@ -233,6 +237,7 @@ async fn main() -> ExitCode {
                     ScenarioArg::Replay => caseops_service::bench::Scenario::Replay,
                     ScenarioArg::McpCall => caseops_service::bench::Scenario::McpCall,
                 },
+                token_issuer: token_issuer.unwrap_or_else(|| api.trim_end_matches('/').to_string()),
                 api_url: api,
                 mcp_url: mcp,
                 api_key,
@@ -330,6 +335,10 @@ async fn demo(database: Option<String>) -> Result<(), String> {
             signing_key: DEV_SIGNING_KEY.to_string(),
             keys: dev_keys(),
             mcp_url: None,
+            mcp_public_url: None,
+            allowed_hosts: Vec::new(),
+            allowed_origins: Vec::new(),
+            token_issuer: None,
             only: None,
             lease_ms: caseops_host::store::runs::DEFAULT_LEASE_MS,
             workers: 8,

@@ -223,6 +223,58 @@ fn production_mode_refuses_sqlite_and_development_keys() {
 }
 
 #[test]
+fn production_mode_lists_every_refused_setting_in_one_error() {
+    let serve = |extra: &[&str]| {
+        let out = Command::new(env!("CARGO_BIN_EXE_caseops"))
+            .args(["serve", "--database", "sqlite:///tmp/never-created.db"])
+            .args(["--listen", "0.0.0.0:0", "--mcp-listen", "127.0.0.1:0"])
+            .args(extra)
+            .env("CASEOPS_PRODUCTION", "Yes")
+            .env("CASEOPS_SIGNING_KEY", "ab".repeat(20))
+            .env(
+                "CASEOPS_API_KEYS",
+                "aaaaaaaaaaaaaaaaaaaa=tenant-demo:user:alice",
+            )
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(1));
+        String::from_utf8_lossy(&out.stderr).to_string()
+    };
+    let err = serve(&[]);
+    assert_eq!(err.lines().count(), 1, "{err}");
+    for refused in [
+        "production mode refuses SQLite",
+        "a weak signing key",
+        "1 API key(s) in CASEOPS_API_KEYS with fewer than 16 distinct characters",
+        "plain HTTP on `0.0.0.0:0` (--listen)",
+    ] {
+        assert!(err.contains(refused), "`{refused}` not in: {err}");
+    }
+    assert!(
+        !err.contains("--mcp-listen"),
+        "a loopback bind is fine: {err}"
+    );
+    let err = serve(&["--behind-tls-proxy"]);
+    assert!(!err.contains("plain HTTP"), "{err}");
+    assert!(!std::path::Path::new("/tmp/never-created.db").exists());
+}
+
+#[test]
+fn a_database_password_in_the_query_string_is_never_printed() {
+    let out = Command::new(env!("CARGO_BIN_EXE_caseops"))
+        .args(["migrate", "--database"])
+        .arg("postgres://app@127.0.0.1:1/caseops?sslmode=disable&password=hunter2")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("password=***") && !err.contains("hunter2"),
+        "{err}"
+    );
+}
+
+#[test]
 fn an_unreachable_database_is_a_one_line_error_naming_the_redacted_url() {
     let out = Command::new(env!("CARGO_BIN_EXE_caseops"))
         .args([

@@ -188,6 +188,69 @@ async fn an_unreachable_server_is_a_transient_error() {
     ));
 }
 
+#[tokio::test]
+async fn the_task_token_cache_stays_bounded_however_many_runs_pass() {
+    let s = start().await;
+    let client = McpClient::<Bundle>::new(s.url.clone(), s.issuer.clone());
+    let mut first = ctx("tenant-demo", "C-102", ALL_SCOPES);
+    first.task_id = "task-kept".into();
+    let token = client.token_for(&first).unwrap();
+    assert_eq!(
+        client.token_for(&first).unwrap(),
+        token,
+        "reused while fresh"
+    );
+    for i in 0..5_000 {
+        let mut c = ctx("tenant-demo", "C-102", ALL_SCOPES);
+        c.task_id = format!("task-{i}");
+        client.token_for(&c).unwrap();
+    }
+    assert!(
+        client.cached_tokens() <= 1024,
+        "{} tokens cached",
+        client.cached_tokens()
+    );
+    // A token dropped from the cache is issued anew and still works.
+    let again = client.token_for(&first).unwrap();
+    let r = s
+        .post(
+            Some(&again),
+            json!({"jsonrpc": "2.0", "id": 1, "method": "ping"}),
+        )
+        .await;
+    assert_eq!(r.status(), 200);
+}
+
+#[tokio::test]
+async fn a_request_the_tool_server_refuses_for_its_host_is_not_a_scope_denial() {
+    // A tool server that accepts no Host the client sends: a deployment fault.
+    let s = start_with(|c| c.allowed_hosts = vec!["tools.internal:443".into()]).await;
+    let client = McpClient::<Bundle>::new(s.url.clone(), s.issuer.clone());
+    let e = client
+        .execute(&tool_call(
+            "caseops_get_case_snapshot",
+            json!({"case_id": "C-102"}),
+            ctx("tenant-demo", "C-102", ALL_SCOPES),
+        ))
+        .await
+        .unwrap_err();
+    match &e {
+        ExecError::Authorization { code, message } => {
+            assert_eq!(code, "MCP_REQUEST_REFUSED", "{e:?}");
+            assert!(
+                message.contains(&format!("host `{}` not allowed", s.addr)),
+                "{e:?}"
+            );
+        }
+        other => panic!("{other:?}"),
+    }
+    let readiness = client.check_listing().await.unwrap_err().to_string();
+    assert!(
+        readiness.contains("not allowed") && readiness.contains("--mcp-public-url"),
+        "{readiness}"
+    );
+}
+
 #[test]
 fn a_listing_that_differs_from_the_compiled_one_names_the_tool_and_the_difference() {
     let compiled: Value = serde_json::from_str(Bundle::MCP_TOOLS).unwrap();

@@ -255,7 +255,7 @@ async fn a_tampered_signature_is_refused() {
 async fn a_token_for_another_audience_is_refused() {
     let s = start().await;
     let mut c = s.claims("tenant-demo", "C-102", ALL_SCOPES);
-    c.aud = "http://127.0.0.1:1/mcp".into();
+    c.aud = vec!["http://127.0.0.1:1/mcp".into()];
     assert!(
         refused(&s, &s.issuer.sign(&c).unwrap())
             .await
@@ -625,4 +625,22 @@ async fn health_live_answers() {
             .status(),
         200
     );
+}
+
+#[tokio::test]
+async fn the_bearer_scheme_is_accepted_in_any_letter_case() {
+    let s = start().await;
+    let t = s.demo_token();
+    let ping = json!({"jsonrpc": "2.0", "id": 1, "method": "ping"}).to_string();
+    for scheme in ["Bearer", "bearer", "BEARER", "bEaReR"] {
+        let auth = format!("{scheme} {t}");
+        let r = s
+            .post_with(None, ping.clone(), &[("authorization", &auth)])
+            .await;
+        assert_eq!(r.status(), 200, "{scheme}");
+    }
+    let r = s
+        .post_with(None, ping, &[("authorization", &format!("Basic {t}"))])
+        .await;
+    assert_eq!(r.status(), 401, "another scheme is no bearer token");
 }

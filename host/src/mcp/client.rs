@@ -19,14 +19,34 @@ use super::token::TokenIssuer;
 pub enum ReadinessError {
     #[error("mcp server unreachable: {0}")]
     Unreachable(String),
-    /// It answered, but not to our token: the usual causes are a different
-    /// signing key, or a URL that is not the server's own (the token audience).
+    /// It answered, but refused us: the reason is the server's, the fix is in
+    /// the deployment (see [`ReadinessError::hint`]).
     #[error(
-        "the mcp server at `{url}` refused the task token: give the api and the mcp server the same CASEOPS_SIGNING_KEY, and make --mcp-url the server's own URL"
+        "the mcp server at `{url}` refused the api: {reason}; {}",
+        hint(reason, url)
     )]
-    Refused { url: String },
+    Refused { url: String, reason: String },
     #[error("tool `{tool}` differs from the compiled listing: {difference}")]
     Mismatch { tool: String, difference: String },
+}
+
+/// What to change when the tool server refuses the API, by its stated reason.
+fn hint(reason: &str, url: &str) -> String {
+    if reason.contains("audience") {
+        format!(
+            "the mcp server must be known by the URL the api uses: set its --mcp-public-url to `{url}`"
+        )
+    } else if reason.contains("issuer") {
+        "give the api and the mcp server the same --token-issuer (CASEOPS_TOKEN_ISSUER)".into()
+    } else if reason.contains("signature") || reason.contains("key") {
+        "give the api and the mcp server the same CASEOPS_SIGNING_KEY".into()
+    } else if reason.contains("host") || reason.contains("origin") {
+        format!(
+            "set the mcp server's --mcp-public-url to `{url}`, or add this host to its --allowed-hosts"
+        )
+    } else {
+        "check that --mcp-url names this deployment's mcp server".into()
+    }
 }
 
 pub struct McpClient<B: ContractBundle> {
@@ -41,6 +61,9 @@ pub struct McpClient<B: ContractBundle> {
     tokens: Mutex<HashMap<String, (String, u64)>>,
     _bundle: PhantomData<B>,
 }
+
+/// Tokens kept for reuse at most (runs in flight at once are far fewer).
+const TOKEN_CACHE_LIMIT: usize = 1024;
 
 fn now() -> u64 {
     std::time::SystemTime::now()
@@ -75,7 +98,8 @@ impl<B: ContractBundle> McpClient<B> {
         }
     }
 
-    fn token_for(&self, ctx: &CallContext) -> Result<String, ExecError> {
+    /// The task token for a call: a cached one with a minute left, else a fresh one.
+    pub fn token_for(&self, ctx: &CallContext) -> Result<String, ExecError> {
         let mut tokens = self.tokens.lock().expect("token cache lock");
         if let Some((token, exp)) = tokens.get(&ctx.task_id)
             && *exp > now() + 60
@@ -99,8 +123,22 @@ impl<B: ContractBundle> McpClient<B> {
                 code: "TOKEN_ISSUE_FAILED".into(),
                 message: e.to_string(),
             })?;
+        // One entry per run ever driven would grow without end: past a bound, drop
+        // what could not be reused anyway, and everything if that is not enough.
+        if tokens.len() >= TOKEN_CACHE_LIMIT {
+            let fresh = now() + 60;
+            tokens.retain(|_, (_, exp)| *exp > fresh);
+            if tokens.len() >= TOKEN_CACHE_LIMIT {
+                tokens.clear();
+            }
+        }
         tokens.insert(ctx.task_id.clone(), (token.clone(), claims.exp));
         Ok(token)
+    }
+
+    /// Task tokens held for reuse (bounded by `TOKEN_CACHE_LIMIT`).
+    pub fn cached_tokens(&self) -> usize {
+        self.tokens.lock().expect("token cache lock").len()
     }
 
     /// A token with every scope of the bundle, for readiness checks.
@@ -147,16 +185,27 @@ impl<B: ContractBundle> McpClient<B> {
         match status.as_u16() {
             202 => return Ok(None),
             200 => {}
+            // The body says why; the class says who can fix it. A refused token or
+            // host is the deployment's doing (keys, issuer, public URL), not the
+            // run's; only an `insufficient_scope` answer is about the call.
             401 => {
+                let why = refusal(&text, "error_description");
                 return Err(ExecError::Authorization {
                     code: "TOKEN_REJECTED".into(),
-                    message: "the server refused the task token".into(),
+                    message: format!("the mcp server refused the task token: {why}"),
                 });
             }
-            403 => {
+            403 if refusal(&text, "error") == "insufficient_scope" => {
                 return Err(ExecError::Authorization {
                     code: "INSUFFICIENT_SCOPE".into(),
                     message: "the task token lacks the tool's scope".into(),
+                });
+            }
+            403 => {
+                let why = refusal(&text, "error");
+                return Err(ExecError::Authorization {
+                    code: "MCP_REQUEST_REFUSED".into(),
+                    message: format!("the mcp server refused the request: {why}"),
                 });
             }
             502..=504 => return Err(transient(format!("HTTP {status}"))),
@@ -255,9 +304,12 @@ impl<B: ContractBundle> McpClient<B> {
             .readiness_token()
             .map_err(|e| ReadinessError::Unreachable(e.to_string()))?;
         let served = self.list_tools(&token).await.map_err(|e| match e {
-            ExecError::Authorization { code, .. } if code == "TOKEN_REJECTED" => {
+            ExecError::Authorization { code, message }
+                if code == "TOKEN_REJECTED" || code == "MCP_REQUEST_REFUSED" =>
+            {
                 ReadinessError::Refused {
                     url: self.url.clone(),
+                    reason: message,
                 }
             }
             e => ReadinessError::Unreachable(e.to_string()),
@@ -265,6 +317,14 @@ impl<B: ContractBundle> McpClient<B> {
         let compiled: Value = serde_json::from_str(B::MCP_TOOLS).unwrap_or(Value::Null);
         let compiled = compiled["tools"].as_array().cloned().unwrap_or_default();
         compare_listings(&compiled, &served)
+    }
+}
+
+/// `field` of a JSON error body, or the body itself (bounded) when it is not one.
+fn refusal(body: &str, field: &str) -> String {
+    match serde_json::from_str::<Value>(body) {
+        Ok(v) if v[field].is_string() => v[field].as_str().unwrap_or_default().to_string(),
+        _ => body.chars().take(200).collect(),
     }
 }
 

@@ -41,17 +41,76 @@ pub struct McpConfig {
 }
 
 impl McpConfig {
-    /// A loopback server on `addr` (e.g. `127.0.0.1:8081`).
+    /// A loopback server on `addr` (e.g. `127.0.0.1:8081`), known by that address.
     pub fn loopback(addr: std::net::SocketAddr, issuer: &str) -> Self {
-        let port = addr.port();
-        Self {
-            resource_url: format!("http://{addr}/mcp"),
-            issuer: issuer.to_string(),
-            allowed_origins: vec![format!("http://{addr}"), format!("http://localhost:{port}")],
-            allowed_hosts: vec![addr.to_string(), format!("localhost:{port}")],
+        Self::public(addr, None, issuer, &[], &[]).expect("a loopback address is its own URL")
+    }
+
+    /// A server bound to `bind` that clients reach at `public_url` (default: the
+    /// bind address itself, which must then be a specific one). The public URL is
+    /// the token audience and what challenges and metadata advertise; its host is
+    /// always accepted, as are the loopback names for a loopback bind, and
+    /// `extra_hosts`/`extra_origins` on top (a port-forward, a second name).
+    pub fn public(
+        bind: std::net::SocketAddr,
+        public_url: Option<&str>,
+        issuer: &str,
+        extra_hosts: &[String],
+        extra_origins: &[String],
+    ) -> Result<Self, McpSetupError> {
+        let url = match public_url {
+            Some(u) => u.trim_end_matches('/').to_string(),
+            None if bind.ip().is_unspecified() => {
+                return Err(McpSetupError::Address(format!(
+                    "`--mcp-listen {bind}` listens on every interface, so it is no URL a client can use: set `--mcp-public-url` (CASEOPS_MCP_PUBLIC_URL) to the URL the api reaches it at"
+                )));
+            }
+            None => format!("http://{bind}/mcp"),
+        };
+        let parsed = reqwest::Url::parse(&url).map_err(|e| {
+            McpSetupError::Address(format!("`--mcp-public-url {url}` is not a URL: {e}"))
+        })?;
+        if !matches!(parsed.scheme(), "http" | "https")
+            || parsed.host_str().is_none()
+            || !parsed.path().ends_with("/mcp")
+            || parsed.query().is_some()
+        {
+            return Err(McpSetupError::Address(format!(
+                "`--mcp-public-url {url}` must be an http(s) URL whose path ends with `/mcp`"
+            )));
+        }
+        let host = parsed.host_str().unwrap_or_default();
+        let host = match parsed.port() {
+            Some(port) => format!("{host}:{port}"),
+            None => host.to_string(),
+        };
+        let origin = parsed.origin().ascii_serialization();
+        let mut allowed_hosts = vec![host.clone()];
+        let mut allowed_origins = vec![origin];
+        if parsed.port().is_none() {
+            // A client may name the default port explicitly.
+            let port = parsed.port_or_known_default().unwrap_or(80);
+            allowed_hosts.push(format!("{host}:{port}"));
+        }
+        if bind.ip().is_loopback() || bind.ip().is_unspecified() {
+            let port = bind.port();
+            for name in ["127.0.0.1", "localhost", "[::1]"] {
+                allowed_hosts.push(format!("{name}:{port}"));
+                allowed_origins.push(format!("http://{name}:{port}"));
+            }
+        }
+        allowed_hosts.extend(extra_hosts.iter().cloned());
+        allowed_origins.extend(extra_origins.iter().cloned());
+        allowed_hosts.dedup();
+        allowed_origins.dedup();
+        Ok(Self {
+            resource_url: url,
+            issuer: issuer.trim_end_matches('/').to_string(),
+            allowed_origins,
+            allowed_hosts,
             max_body_bytes: 256 * 1024,
             page_size: 50,
-        }
+        })
     }
 
     fn base_url(&self) -> &str {
@@ -82,6 +141,9 @@ const PRINCIPALS_KEPT: usize = 512;
 
 #[derive(Debug, thiserror::Error)]
 pub enum McpSetupError {
+    /// The server's public identity cannot be worked out from the configuration.
+    #[error("{0}")]
+    Address(String),
     #[error("bundle does not load: {0}")]
     Bundle(String),
     #[error("token verifier: {0}")]
@@ -219,10 +281,14 @@ impl<B: ContractBundle, D: ToolDispatch + 'static> McpServer<B, D> {
             .get(header::AUTHORIZATION)
             .and_then(|v| v.to_str().ok())
             .ok_or(TokenError::Missing)?;
-        let token = value
-            .strip_prefix("Bearer ")
-            .or_else(|| value.strip_prefix("bearer "))
+        // The auth-scheme is case-insensitive (RFC 9110 §11.1): `BEARER` is Bearer.
+        let (scheme, token) = value
+            .trim_start()
+            .split_once(' ')
             .ok_or(TokenError::Missing)?;
+        if !scheme.eq_ignore_ascii_case("bearer") {
+            return Err(TokenError::Missing);
+        }
         self.verifier.verify(token.trim())
     }
 
@@ -467,7 +533,7 @@ async fn mcp<B: ContractBundle, D: ToolDispatch + 'static>(
             .iter()
             .any(|h| h.eq_ignore_ascii_case(host))
     {
-        return status(StatusCode::FORBIDDEN, "host not allowed");
+        return status(StatusCode::FORBIDDEN, &format!("host `{host}` not allowed"));
     }
     if let Some(origin) = headers.get(header::ORIGIN) {
         let allowed = origin.to_str().is_ok_and(|o| {

@@ -16,21 +16,63 @@ pub const MAX_TTL_SECONDS: u64 = 600;
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct TaskClaims {
     pub iss: String,
-    pub aud: String,
+    /// One audience or several (RFC 7519 allows both; the verifier requires this
+    /// server among them). Issued tokens carry one.
+    #[serde(deserialize_with = "one_or_many", serialize_with = "one_or_list")]
+    pub aud: Vec<String>,
     pub sub: String,
     pub tenant_id: String,
     pub task_id: String,
     /// Space-separated scopes.
     pub scope: String,
+    // NumericDate is a JSON number: `1700000000.0` is as good as `1700000000`.
+    #[serde(deserialize_with = "numeric_date")]
     pub iat: u64,
+    #[serde(deserialize_with = "numeric_date")]
     pub nbf: u64,
+    #[serde(deserialize_with = "numeric_date")]
     pub exp: u64,
     pub jti: String,
     /// The run's task stage; absent, the bundle's initial stage.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stage: Option<String>,
+    /// The run-bound resource claim, and any other claim of any JSON type (an
+    /// issuer may add its own; they are kept, not interpreted).
     #[serde(flatten)]
-    pub resource: BTreeMap<String, String>,
+    pub resource: BTreeMap<String, serde_json::Value>,
+}
+
+fn one_or_many<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Vec<String>, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum Aud {
+        One(String),
+        Many(Vec<String>),
+    }
+    Ok(match Aud::deserialize(d)? {
+        Aud::One(a) => vec![a],
+        Aud::Many(a) => a,
+    })
+}
+
+fn one_or_list<S: serde::Serializer>(aud: &[String], s: S) -> Result<S::Ok, S::Error> {
+    match aud {
+        [one] => s.serialize_str(one),
+        many => many.serialize(s),
+    }
+}
+
+fn numeric_date<'de, D: serde::Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
+    let n = serde_json::Number::deserialize(d)?;
+    if let Some(u) = n.as_u64() {
+        return Ok(u);
+    }
+    match n.as_f64() {
+        Some(f) if f >= 0.0 && f.fract() == 0.0 && f < u64::MAX as f64 => Ok(f as u64),
+        _ => Err(serde::de::Error::custom(format!(
+            "`{n}` is not a whole non-negative NumericDate"
+        ))),
+    }
 }
 
 impl TaskClaims {
@@ -43,7 +85,7 @@ impl TaskClaims {
     }
 
     pub fn resource_id(&self, field: &str) -> Option<&str> {
-        self.resource.get(field).map(String::as_str)
+        self.resource.get(field).and_then(serde_json::Value::as_str)
     }
 }
 
@@ -58,6 +100,9 @@ pub enum TokenError {
     Signature,
     #[error("token algorithm is not HS256")]
     Algorithm,
+    /// The JOSE header itself is wrong (no `alg`, not JSON).
+    #[error("token header is invalid: {0}")]
+    Header(String),
     #[error("token is expired")]
     Expired,
     #[error("token is not valid yet")]
@@ -125,7 +170,7 @@ impl TokenIssuer {
         let iat = now();
         TaskClaims {
             iss: self.issuer.clone(),
-            aud: self.audience.clone(),
+            aud: vec![self.audience.clone()],
             sub: subject.to_string(),
             tenant_id: tenant_id.to_string(),
             task_id: task_id.to_string(),
@@ -135,7 +180,7 @@ impl TokenIssuer {
             exp: iat + self.ttl,
             jti: uuid::Uuid::new_v4().to_string(),
             stage: None,
-            resource: BTreeMap::from([(self.resource_field.clone(), resource_id.to_string())]),
+            resource: BTreeMap::from([(self.resource_field.clone(), resource_id.into())]),
         }
     }
 
@@ -188,6 +233,21 @@ impl TokenVerifier {
 
     pub fn verify(&self, token: &str) -> Result<TaskClaims, TokenError> {
         use jsonwebtoken::errors::ErrorKind as K;
+        // The header first, so that a header fault is named as one (a missing
+        // `alg` would otherwise read as a missing claim).
+        if let Err(e) = jsonwebtoken::decode_header(token) {
+            return Err(match e.kind() {
+                K::Json(j) if missing_field(&j.to_string()).as_deref() == Some("alg") => {
+                    TokenError::Header("it has no `alg`".into())
+                }
+                K::MissingAlgorithm => TokenError::Header("it has no `alg`".into()),
+                K::Json(_) | K::Base64(_) | K::Utf8(_) => {
+                    TokenError::Header("it is not base64url-encoded JSON".into())
+                }
+                K::InvalidAlgorithmName | K::InvalidAlgorithm => TokenError::Algorithm,
+                _ => TokenError::Malformed,
+            });
+        }
         let data = decode::<TaskClaims>(token, &self.key, &self.validation).map_err(|e| match e
             .kind()
         {
@@ -258,6 +318,69 @@ mod tests {
         );
         assert!(claims.has_scope("c:d") && !claims.has_scope("c"));
         assert_eq!(claims.exp - claims.iat, 120);
+    }
+
+    fn hs256(claims: &serde_json::Value) -> String {
+        encode(
+            &Header::new(Algorithm::HS256),
+            claims,
+            &EncodingKey::from_secret(KEY).unwrap(),
+        )
+        .unwrap()
+    }
+
+    /// Unpadded base64url, for a hand-made header.
+    fn b64(bytes: &[u8]) -> String {
+        const ABC: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
+        let mut out = String::new();
+        for chunk in bytes.chunks(3) {
+            let n =
+                chunk.iter().fold(0u32, |n, b| n << 8 | u32::from(*b)) << (8 * (3 - chunk.len()));
+            for i in 0..=chunk.len() {
+                out.push(ABC[(n >> (18 - 6 * i) & 63) as usize] as char);
+            }
+        }
+        out
+    }
+
+    fn standard_claims() -> serde_json::Value {
+        let now = now();
+        serde_json::json!({"iss": "i", "aud": "a", "sub": "u", "tenant_id": "t",
+            "task_id": "k", "scope": "x:y", "iat": now, "nbf": now, "exp": now + 120,
+            "jti": "j", "order_id": "C-1"})
+    }
+
+    #[test]
+    fn tokens_from_other_issuers_verify_as_the_standards_allow() {
+        let verifier = TokenVerifier::new(KEY, "i", "a", "order_id").unwrap();
+        let mut c = standard_claims();
+        c["aud"] = serde_json::json!(["another-server", "a"]);
+        c["roles"] = serde_json::json!(["auditor"]);
+        c["azp"] = serde_json::json!(7);
+        c["exp"] = serde_json::json!(c["exp"].as_u64().unwrap() as f64);
+        let claims = verifier.verify(&hs256(&c)).unwrap();
+        assert_eq!(claims.aud, vec!["another-server", "a"]);
+        assert_eq!(claims.resource_id("order_id"), Some("C-1"));
+
+        c["aud"] = serde_json::json!(["another-server"]);
+        assert_eq!(verifier.verify(&hs256(&c)), Err(TokenError::Audience));
+        let mut c = standard_claims();
+        c["exp"] = serde_json::json!(1.5e9 + 0.5);
+        assert!(verifier.verify(&hs256(&c)).is_err());
+    }
+
+    #[test]
+    fn a_token_without_alg_is_refused_for_its_header() {
+        let verifier = TokenVerifier::new(KEY, "i", "a", "order_id").unwrap();
+        let token = format!(
+            "{}.{}.c2ln",
+            b64(br#"{"typ":"JWT"}"#),
+            b64(standard_claims().to_string().as_bytes())
+        );
+        assert_eq!(
+            verifier.verify(&token),
+            Err(TokenError::Header("it has no `alg`".into()))
+        );
     }
 
     #[test]

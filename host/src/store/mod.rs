@@ -64,18 +64,40 @@ pub struct Db {
     commits: Arc<AtomicUsize>,
 }
 
-/// `postgres://user:secret@host/db` → `postgres://user:***@host/db` for messages.
+/// A database URL fit for messages: the password of `user:secret@` and of a
+/// `password=` (or `sslpassword=`) query parameter become `***`.
 pub fn redact(url: &str) -> String {
-    match (url.find("://"), url.rfind('@')) {
+    let (base, query) = match url.split_once('?') {
+        Some((b, q)) => (b, Some(q)),
+        None => (url, None),
+    };
+    let mut out = match (base.find("://"), base.rfind('@')) {
         (Some(scheme), Some(at)) if at > scheme => {
-            let creds = &url[scheme + 3..at];
+            let creds = &base[scheme + 3..at];
             match creds.split_once(':') {
-                Some((user, _)) => format!("{}{user}:***{}", &url[..scheme + 3], &url[at..]),
-                None => url.to_string(),
+                Some((user, _)) => format!("{}{user}:***{}", &base[..scheme + 3], &base[at..]),
+                None => base.to_string(),
             }
         }
-        _ => url.to_string(),
+        _ => base.to_string(),
+    };
+    if let Some(query) = query {
+        let params: Vec<String> = query
+            .split('&')
+            .map(|p| match p.split_once('=') {
+                Some((k, _))
+                    if k.eq_ignore_ascii_case("password")
+                        || k.eq_ignore_ascii_case("sslpassword") =>
+                {
+                    format!("{k}=***")
+                }
+                _ => p.to_string(),
+            })
+            .collect();
+        out.push('?');
+        out.push_str(&params.join("&"));
     }
+    out
 }
 
 /// One schema change, written for both dialects.
@@ -508,6 +530,14 @@ mod tests {
             "postgres://app:***@db:5432/x"
         );
         assert_eq!(redact("postgres://app@db/x"), "postgres://app@db/x");
+        assert_eq!(
+            redact("postgres://app@db/x?sslmode=require&Password=s3cret&sslpassword=k"),
+            "postgres://app@db/x?sslmode=require&Password=***&sslpassword=***"
+        );
+        assert_eq!(
+            redact("postgres://app:a@b@db/x?password=p"),
+            "postgres://app:***@db/x?password=***"
+        );
         assert_eq!(redact("sqlite:///tmp/a.db"), "sqlite:///tmp/a.db");
     }
 

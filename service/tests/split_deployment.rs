@@ -1,0 +1,249 @@
+//! The API and the MCP tool server as separate processes that know each other by a
+//! public URL, not by a bind address: the tool server listens on every interface
+//! and is reached through a port-forward on another loopback address, as a
+//! `docker -p` or `kubectl port-forward` would put it.
+
+mod db_support;
+
+use std::io::{BufRead, BufReader};
+use std::net::SocketAddr;
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+use tokio::net::{TcpListener, TcpStream};
+
+const ISSUER: &str = "https://api.caseops.test";
+
+struct Process {
+    child: Child,
+    /// The address the process printed after `prefix`.
+    url: String,
+}
+
+impl Drop for Process {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn serve(database: &str, args: &[&str], prefix: &str) -> Process {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_caseops"))
+        .args(["serve", "--database", database])
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("caseops starts");
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let url = loop {
+        let line = lines
+            .next()
+            .unwrap_or_else(|| panic!("caseops ended before printing `{prefix}`"))
+            .unwrap();
+        if let Some(rest) = line.strip_prefix(prefix) {
+            break rest.split_whitespace().next().unwrap().to_string();
+        }
+    };
+    std::thread::spawn(move || for _ in lines {});
+    Process { child, url }
+}
+
+/// A TCP port-forward on 127.0.0.2 to a target set once it is known.
+struct Forward {
+    addr: SocketAddr,
+    target: Arc<OnceLock<SocketAddr>>,
+}
+
+async fn forward() -> Forward {
+    let listener = TcpListener::bind("127.0.0.2:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let target = Arc::new(OnceLock::<SocketAddr>::new());
+    let to = target.clone();
+    tokio::spawn(async move {
+        while let Ok((mut client, _)) = listener.accept().await {
+            let Some(&upstream) = to.get() else { continue };
+            tokio::spawn(async move {
+                if let Ok(mut server) = TcpStream::connect(upstream).await {
+                    let _ = tokio::io::copy_bidirectional(&mut client, &mut server).await;
+                }
+            });
+        }
+    });
+    Forward { addr, target }
+}
+
+fn port_of(url: &str) -> u16 {
+    let authority = url.split('/').nth(2).unwrap();
+    authority.rsplit(':').next().unwrap().parse().unwrap()
+}
+
+async fn ready(api: &str) -> Value {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let r = reqwest::get(format!("{api}/health/ready")).await.unwrap();
+        let status = r.status();
+        let body: Value = r.json().await.unwrap();
+        if status == 200 || Instant::now() > deadline {
+            return body;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn c102_completes_with_the_tool_server_in_its_own_process_behind_a_port_forward() {
+    caseops_host::install_tls_provider();
+    let dbs = db_support::fresh_databases("split").await;
+    let database = dbs.sqlite().to_string();
+    let fwd = forward().await;
+    let public = format!("http://{}/mcp", fwd.addr);
+
+    let mcp = serve(
+        &database,
+        &[
+            "--only",
+            "mcp",
+            "--mcp-listen",
+            "0.0.0.0:0",
+            "--mcp-public-url",
+            &public,
+            "--token-issuer",
+            ISSUER,
+        ],
+        "caseops mcp on ",
+    );
+    fwd.target
+        .set(SocketAddr::from(([127, 0, 0, 1], port_of(&mcp.url))))
+        .unwrap();
+    let api = serve(
+        &database,
+        &[
+            "--only",
+            "api",
+            "--listen",
+            "127.0.0.1:0",
+            "--mcp-url",
+            &public,
+            "--token-issuer",
+            ISSUER,
+        ],
+        "caseops api on ",
+    );
+    let readiness = ready(&api.url).await;
+    assert_eq!(readiness["status"], "ready", "{readiness}");
+
+    let run: Value = reqwest::Client::new()
+        .post(format!("{}/v1/cases/C-102/agent-runs", api.url))
+        .header("x-api-key", "dev-key-tenant-demo")
+        .header("idempotency-key", "split-c102-0001")
+        .json(&json!({"goal": "Check whether claim case C-102 holds every document its policy requires."}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(run["status"], "completed", "{run}");
+    assert_eq!(run["step_count"], 4, "{run}");
+    assert_eq!(
+        run["result"]["outcome"], "DOCUMENTS_COMPLETE_AFTER_NORMALIZATION",
+        "{run}"
+    );
+
+    // What the tool server advertises is its public identity, never `0.0.0.0`.
+    let http = reqwest::Client::new();
+    let challenge = http
+        .post(&public)
+        .header("accept", "application/json, text/event-stream")
+        .json(&json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(challenge.status(), 401);
+    let www = challenge.headers()["www-authenticate"].to_str().unwrap();
+    let metadata_url = format!(
+        "http://{}/.well-known/oauth-protected-resource/mcp",
+        fwd.addr
+    );
+    assert!(www.contains(&metadata_url), "{www}");
+    let metadata: Value = http
+        .get(&metadata_url)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(metadata["resource"], public.as_str(), "{metadata}");
+    assert_eq!(
+        metadata["authorization_servers"],
+        json!([ISSUER]),
+        "{metadata}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_all_interfaces_bind_without_a_public_url_is_refused_at_start_naming_the_flag() {
+    let dbs = db_support::fresh_databases("split_refused").await;
+    let out = Command::new(env!("CARGO_BIN_EXE_caseops"))
+        .args(["serve", "--only", "mcp", "--mcp-listen", "0.0.0.0:0"])
+        .args(["--database", dbs.sqlite()])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("--mcp-public-url") && err.contains("0.0.0.0"),
+        "{err}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tool_server_that_does_not_know_its_forwarded_name_is_named_by_readiness_not_run_as_a_scope_denial()
+ {
+    caseops_host::install_tls_provider();
+    let dbs = db_support::fresh_databases("split_host").await;
+    let database = dbs.sqlite().to_string();
+    let fwd = forward().await;
+    let public = format!("http://{}/mcp", fwd.addr);
+    // Known only by its loopback bind address: the forwarded Host is refused.
+    let mcp = serve(
+        &database,
+        &["--only", "mcp", "--mcp-listen", "127.0.0.1:0"],
+        "caseops mcp on ",
+    );
+    fwd.target
+        .set(SocketAddr::from(([127, 0, 0, 1], port_of(&mcp.url))))
+        .unwrap();
+    let api = serve(
+        &database,
+        &[
+            "--only",
+            "api",
+            "--listen",
+            "127.0.0.1:0",
+            "--mcp-url",
+            &public,
+        ],
+        "caseops api on ",
+    );
+    let readiness = ready(&api.url).await;
+    let why = readiness["mcp"].as_str().unwrap_or_default();
+    assert!(
+        why.contains(&format!("host `{}` not allowed", fwd.addr))
+            && why.contains("--mcp-public-url"),
+        "{readiness}"
+    );
+    let r = reqwest::Client::new()
+        .post(format!("{}/v1/cases/C-102/agent-runs", api.url))
+        .header("x-api-key", "dev-key-tenant-demo")
+        .header("idempotency-key", "split-host-0001")
+        .json(&json!({"goal": "Check C-102."}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 503, "a run is refused, not started to fail");
+}

@@ -10,7 +10,6 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use axum::Router;
-use axum::body::Bytes;
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
@@ -93,8 +92,21 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/health/ready", get(ready))
         .route("/metrics", get(metrics))
         .route("/openapi.json", get(openapi_json))
+        // Every answer is a problem document, the router's own included.
+        .fallback(|| async { problem(StatusCode::NOT_FOUND, "Not Found", "no such route") })
+        .method_not_allowed_fallback(|| async {
+            problem(
+                StatusCode::METHOD_NOT_ALLOWED,
+                "Method Not Allowed",
+                "this route does not take that method",
+            )
+        })
         .with_state(state)
 }
+
+/// A run request's body: `{"goal": …}` with at most 2,000 characters of goal
+/// (8,000 bytes of UTF-8) and JSON around it.
+pub const MAX_START_BODY_BYTES: usize = 16 * 1024;
 
 /// An RFC 9457 problem.
 pub fn problem(status: StatusCode, title: &str, detail: &str) -> Response {
@@ -287,30 +299,67 @@ fn accepted(state: &AppState, r: &RunRecord, prefer: Prefer) -> Response {
     response
 }
 
+/// `application/json`, with or without parameters, in any letter case.
+fn is_json(headers: &HeaderMap) -> bool {
+    headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.split(';').next())
+        .is_some_and(|t| t.trim().eq_ignore_ascii_case("application/json"))
+}
+
+/// Whether `goal` holds a control character a database could not store the same
+/// way everywhere (PostgreSQL refuses NUL in text); tab and newlines are text.
+fn has_control(goal: &str) -> bool {
+    goal.chars()
+        .any(|c| c.is_control() && !matches!(c, '\t' | '\n' | '\r'))
+}
+
 async fn start_run(
     State(state): State<Arc<AppState>>,
     Path(resource_id): Path<String>,
     headers: HeaderMap,
-    body: Bytes,
+    body: axum::body::Body,
 ) -> Response {
+    // The key first and the body last: an unknown caller gets nothing read.
     let who = match principal(&state, &headers) {
         Ok(p) => p,
         Err(r) => return r,
     };
-    let Some(key) = headers.get("idempotency-key").and_then(|v| v.to_str().ok()) else {
+    if !is_json(&headers) {
         return problem(
-            StatusCode::UNPROCESSABLE_ENTITY,
-            "Unprocessable Entity",
-            "the Idempotency-Key header is required",
-        );
-    };
-    if !valid_idempotency_key(key) {
-        return problem(
-            StatusCode::UNPROCESSABLE_ENTITY,
-            "Unprocessable Entity",
-            "Idempotency-Key must be 8-120 characters of [A-Za-z0-9._:-]",
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            "Unsupported Media Type",
+            "the body must be `Content-Type: application/json`",
         );
     }
+    let key = match headers.get("idempotency-key").map(|v| v.to_str()) {
+        None => {
+            return problem(
+                StatusCode::UNPROCESSABLE_ENTITY,
+                "Unprocessable Entity",
+                "the Idempotency-Key header is required",
+            );
+        }
+        Some(Ok(k)) if valid_idempotency_key(k) => k,
+        Some(_) => {
+            return problem(
+                StatusCode::UNPROCESSABLE_ENTITY,
+                "Unprocessable Entity",
+                "Idempotency-Key is invalid: it must be 8-120 characters of [A-Za-z0-9._:-]",
+            );
+        }
+    };
+    let body = match axum::body::to_bytes(body, MAX_START_BODY_BYTES).await {
+        Ok(b) => b,
+        Err(_) => {
+            return problem(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                "Payload Too Large",
+                &format!("the body exceeds {MAX_START_BODY_BYTES} bytes"),
+            );
+        }
+    };
     let body: StartBody = match serde_json::from_slice(&body) {
         Ok(b) => b,
         Err(e) => {
@@ -321,12 +370,30 @@ async fn start_run(
             );
         }
     };
-    let goal = body.goal.trim();
-    if goal.is_empty() || goal.chars().count() > 2000 {
+    // The rules the OpenAPI schema states, exactly: at most 2,000 characters, no
+    // control characters but tab and line breaks, something besides whitespace.
+    if body.goal.chars().count() > 2000 {
         return problem(
             StatusCode::UNPROCESSABLE_ENTITY,
             "Unprocessable Entity",
-            "`goal` must be 1-2000 characters",
+            "`goal` must be at most 2000 characters",
+        );
+    }
+    if has_control(&body.goal) {
+        return problem(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "Unprocessable Entity",
+            "`goal` must not contain control characters other than tab and line breaks",
+        );
+    }
+    let goal = body
+        .goal
+        .trim_matches(|c: char| c.is_whitespace() || c == '\u{feff}');
+    if goal.is_empty() {
+        return problem(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "Unprocessable Entity",
+            "`goal` must contain something besides whitespace",
         );
     }
     // A resource of another tenant is exactly as absent as one that does not exist.
@@ -613,7 +680,7 @@ fn openapi(contract: &RunContract) -> Value {
             "securitySchemes": { "apiKey": { "type": "apiKey", "in": "header", "name": "X-API-Key" } },
             "schemas": {
                 "Problem": { "type": "object", "properties": { "type": {"type": "string"}, "title": {"type": "string"}, "status": {"type": "integer"}, "detail": {"type": "string"} } },
-                "StartRun": { "type": "object", "required": ["goal"], "additionalProperties": false, "properties": { "goal": { "type": "string", "minLength": 1, "maxLength": 2000 } } },
+                "StartRun": { "type": "object", "required": ["goal"], "additionalProperties": false, "properties": { "goal": { "type": "string", "minLength": 1, "maxLength": 2000, "pattern": "^[^\\x00-\\x08\\x0b\\x0c\\x0e-\\x1f\\x7f-\\x9f]*[^\\s\\x00-\\x1f\\x7f-\\x9f][^\\x00-\\x08\\x0b\\x0c\\x0e-\\x1f\\x7f-\\x9f]*$", "description": "What the run is to find out: at most 2,000 characters, at least one of them not whitespace, no control characters other than tab and line breaks. Leading and trailing whitespace is dropped." } } },
                 "Run": { "type": "object", "properties": { "run_id": {"type": "string"}, field: {"type": "string"}, "status": {"type": "string"}, "step_count": {"type": "integer"}, "replayed": {"type": "boolean"}, "result": serde_json::from_str::<Value>(contract.final_answer_schema).unwrap_or(Value::Null) } },
             },
         },
@@ -640,7 +707,7 @@ fn openapi(contract: &RunContract) -> Value {
                         },
                         "content": { "application/json": { "schema": { "$ref": "#/components/schemas/Run" } } },
                     },
-                    "401": err("no or bad API key"), "404": err(&format!("unknown {resource}")), "409": err("key reused with another request"), "422": err("invalid body or header"),
+                    "401": err("no or bad API key"), "404": err(&format!("unknown {resource}")), "409": err("key reused with another request"), "413": err("body larger than 16 KiB"), "415": err("body not `application/json`"), "422": err("invalid body or header"),
                     "503": err("the database did not answer, or this replica is shutting down; retry with the same Idempotency-Key (see Retry-After)"),
                 },
             } },

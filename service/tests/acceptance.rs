@@ -563,3 +563,169 @@ async fn a_signing_key_that_differs_from_the_tool_servers_is_named_by_readiness(
         "{body}"
     );
 }
+
+/// What is sent, what it sends, and the status and detail it must get back.
+type BadRequest<'a> = (&'a str, Vec<(&'a str, &'a str)>, Vec<u8>, u16, &'a str);
+
+/// Sends `body` with the given headers to a route of the API; status, content type
+/// and JSON body.
+async fn send(
+    method: reqwest::Method,
+    url: String,
+    headers: &[(&str, &str)],
+    body: Vec<u8>,
+) -> (u16, String, Value) {
+    let mut req = reqwest::Client::new().request(method, url).body(body);
+    for (k, v) in headers {
+        req = req.header(*k, *v);
+    }
+    let r = req.send().await.unwrap();
+    let status = r.status().as_u16();
+    let kind = r
+        .headers()
+        .get("content-type")
+        .map(|v| v.to_str().unwrap().to_string())
+        .unwrap_or_default();
+    let text = r.text().await.unwrap_or_default();
+    (
+        status,
+        kind,
+        serde_json::from_str(&text).unwrap_or(Value::Null),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_input_gets_the_same_clear_problem_on_every_backend() {
+    for (backend, url) in fresh_databases("badinput").await {
+        let s = serve(&url);
+        let runs = format!("{}/v1/cases/C-102/agent-runs", s.api);
+        let json_headers = |key: &'static str| {
+            vec![
+                ("x-api-key", "dev-key-tenant-demo"),
+                ("content-type", "application/json"),
+                ("idempotency-key", key),
+            ]
+        };
+        let goal = |g: &str| json!({ "goal": g }).to_string().into_bytes();
+        let cases: Vec<BadRequest> = vec![
+            (
+                "a NUL in the goal",
+                json_headers("bad-nul-0001"),
+                goal("check\u{0}C-102"),
+                422,
+                "control characters",
+            ),
+            (
+                "a whitespace-only goal",
+                json_headers("bad-ws-0001"),
+                goal(" \t\n "),
+                422,
+                "besides whitespace",
+            ),
+            (
+                "a goal past 2000 characters",
+                json_headers("bad-len-0001"),
+                goal(&"x".repeat(2001)),
+                422,
+                "at most 2000",
+            ),
+            (
+                "a body past the bound",
+                json_headers("bad-big-0001"),
+                vec![b' '; 64 * 1024],
+                413,
+                "exceeds",
+            ),
+            (
+                "a body that is not JSON by its type",
+                vec![
+                    ("x-api-key", "dev-key-tenant-demo"),
+                    ("content-type", "text/plain"),
+                    ("idempotency-key", "bad-type-0001"),
+                ],
+                goal("Check C-102."),
+                415,
+                "application/json",
+            ),
+            (
+                "a wrong key with a large body",
+                vec![
+                    ("x-api-key", "not-a-key"),
+                    ("content-type", "application/json"),
+                ],
+                vec![b' '; 1024 * 1024],
+                401,
+                "X-API-Key",
+            ),
+        ];
+        for (what, headers, body, status, detail) in cases {
+            let (got, kind, problem) =
+                send(reqwest::Method::POST, runs.clone(), &headers, body).await;
+            assert_eq!(got, status, "{backend}: {what}: {problem}");
+            assert_eq!(kind, "application/problem+json", "{backend}: {what}");
+            assert!(
+                problem["detail"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .contains(detail),
+                "{backend}: {what}: {problem}"
+            );
+        }
+        // A non-ASCII Idempotency-Key is there, just not valid.
+        let r = reqwest::Client::new()
+            .post(&runs)
+            .header("x-api-key", "dev-key-tenant-demo")
+            .header(
+                "idempotency-key",
+                reqwest::header::HeaderValue::from_bytes("clé-0001-é".as_bytes()).unwrap(),
+            )
+            .json(&json!({"goal": "Check C-102."}))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 422, "{backend}");
+        let problem: Value = r.json().await.unwrap();
+        assert!(
+            problem["detail"]
+                .as_str()
+                .unwrap()
+                .contains("Idempotency-Key is invalid"),
+            "{problem}"
+        );
+
+        for (method, path, status) in [
+            (reqwest::Method::GET, "/v1/nowhere".to_string(), 404),
+            (
+                reqwest::Method::GET,
+                "/v1/cases/C-102/agent-runs".to_string(),
+                405,
+            ),
+            (
+                reqwest::Method::DELETE,
+                "/v1/agent-runs/none".to_string(),
+                405,
+            ),
+        ] {
+            let (got, kind, problem) = send(
+                method,
+                format!("{}{path}", s.api),
+                &[("x-api-key", "dev-key-tenant-demo")],
+                Vec::new(),
+            )
+            .await;
+            assert_eq!(
+                (got, kind.as_str()),
+                (status, "application/problem+json"),
+                "{backend}: {path}"
+            );
+            assert_eq!(problem["status"], status, "{backend}: {path}");
+        }
+        // Nothing of the refused requests became a run.
+        let db =
+            caseops_host::store::Db::open_existing(&url, 1, &caseops_service::reference::SCHEMA)
+                .await
+                .unwrap();
+        let rows = db.fetch_all("SELECT run_id FROM runs", &[]).await.unwrap();
+        assert!(rows.is_empty(), "{backend}: {} runs", rows.len());
+    }
+}

@@ -644,3 +644,66 @@ async fn the_bearer_scheme_is_accepted_in_any_letter_case() {
         .await;
     assert_eq!(r.status(), 401, "another scheme is no bearer token");
 }
+
+/// One raw HTTP/1.1 request (for what an HTTP client library will not send).
+async fn raw(addr: std::net::SocketAddr, request: String) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+    stream.write_all(request.as_bytes()).await.unwrap();
+    let mut out = Vec::new();
+    let _ = stream.read_to_end(&mut out).await;
+    String::from_utf8_lossy(&out).to_string()
+}
+
+#[tokio::test]
+async fn rebinding_tricks_with_the_host_or_the_target_are_refused() {
+    let s = start().await;
+    let t = s.demo_token();
+    let body = json!({"jsonrpc": "2.0", "id": 1, "method": "ping"}).to_string();
+    let request = |target: &str, hosts: &[&str]| {
+        let mut r = format!("POST {target} HTTP/1.1\r\n");
+        for h in hosts {
+            r.push_str(&format!("Host: {h}\r\n"));
+        }
+        r.push_str(&format!(
+            "Authorization: Bearer {t}\r\nAccept: application/json, text/event-stream\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+            body.len()
+        ));
+        r
+    };
+    let own = s.addr.to_string();
+    let ok = raw(s.addr, request("/mcp", &[&own])).await;
+    assert!(ok.starts_with("HTTP/1.1 200"), "{ok}");
+    let two = raw(s.addr, request("/mcp", &[&own, "evil.example:80"])).await;
+    assert!(two.starts_with("HTTP/1.1 400"), "{two}");
+    let absolute = raw(s.addr, request("http://evil.example/mcp", &[&own])).await;
+    assert!(absolute.starts_with("HTTP/1.1 403"), "{absolute}");
+    assert!(absolute.contains("request target host"), "{absolute}");
+    let own_absolute = raw(s.addr, request(&format!("http://{own}/mcp"), &[&own])).await;
+    assert!(own_absolute.starts_with("HTTP/1.1 200"), "{own_absolute}");
+}
+
+#[tokio::test]
+async fn a_content_type_that_only_starts_like_json_is_refused() {
+    let s = start().await;
+    let t = s.demo_token();
+    let ping = json!({"jsonrpc": "2.0", "id": 1, "method": "ping"}).to_string();
+    for (kind, status) in [
+        ("application/json", 200),
+        ("Application/JSON; charset=utf-8", 200),
+        ("application/jsonp", 415),
+        ("application/json-seq", 415),
+        ("text/plain", 415),
+    ] {
+        let r = reqwest::Client::new()
+            .post(&s.url)
+            .bearer_auth(&t)
+            .header("accept", "application/json, text/event-stream")
+            .header("content-type", kind)
+            .body(ping.clone())
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), status, "{kind}");
+    }
+}

@@ -522,18 +522,42 @@ fn accepts_both(headers: &HeaderMap) -> bool {
 async fn mcp<B: ContractBundle, D: ToolDispatch + 'static>(
     State(s): State<Arc<McpServer<B, D>>>,
     method: Method,
+    uri: axum::http::Uri,
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
-    // DNS-rebinding protection comes first, for every method.
-    if let Some(host) = headers.get(header::HOST).and_then(|h| h.to_str().ok())
-        && !s
-            .config
+    // DNS-rebinding protection comes first, for every method: exactly one Host,
+    // readable, allowed — and an absolute-form target may not name another.
+    let hosts: Vec<_> = headers.get_all(header::HOST).iter().collect();
+    let host = match hosts.as_slice() {
+        [one] => match one.to_str() {
+            Ok(h) if !h.is_empty() && h.parse::<axum::http::uri::Authority>().is_ok() => h,
+            _ => {
+                return status(
+                    StatusCode::BAD_REQUEST,
+                    "the Host header is not a valid host",
+                );
+            }
+        },
+        [] => return status(StatusCode::BAD_REQUEST, "a Host header is required"),
+        _ => return status(StatusCode::BAD_REQUEST, "more than one Host header"),
+    };
+    let allowed = |h: &str| {
+        s.config
             .allowed_hosts
             .iter()
-            .any(|h| h.eq_ignore_ascii_case(host))
-    {
+            .any(|a| a.eq_ignore_ascii_case(h))
+    };
+    if !allowed(host) {
         return status(StatusCode::FORBIDDEN, &format!("host `{host}` not allowed"));
+    }
+    if let Some(target) = uri.authority()
+        && !allowed(target.as_str())
+    {
+        return status(
+            StatusCode::FORBIDDEN,
+            &format!("request target host `{target}` not allowed"),
+        );
     }
     if let Some(origin) = headers.get(header::ORIGIN) {
         let allowed = origin.to_str().is_ok_and(|o| {
@@ -567,10 +591,8 @@ async fn mcp<B: ContractBundle, D: ToolDispatch + 'static>(
         .get(header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
         .unwrap_or("");
-    if !content_type
-        .to_ascii_lowercase()
-        .starts_with("application/json")
-    {
+    let media_type = content_type.split(';').next().unwrap_or("").trim();
+    if !media_type.eq_ignore_ascii_case("application/json") {
         return status(
             StatusCode::UNSUPPORTED_MEDIA_TYPE,
             "Content-Type must be application/json",

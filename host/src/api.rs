@@ -19,6 +19,7 @@ use caseops_runtime::{ContractBundle, RunSpec};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
+use crate::http::{BodyError, read_body};
 use crate::metrics::Metrics;
 use crate::store::runs::{Allocation, NewRun, RunRecord, SqlRunStore};
 use crate::worker::{Waited, Workers};
@@ -79,6 +80,8 @@ pub struct AppState {
     /// How long a run request waits for its run when the client states no
     /// preference (`Prefer: wait=N` overrides it, `respond-async` skips it).
     pub default_wait: std::time::Duration,
+    /// A request body must have arrived within this.
+    pub body_read: std::time::Duration,
 }
 
 pub fn router(state: Arc<AppState>) -> Router {
@@ -350,13 +353,30 @@ async fn start_run(
             );
         }
     };
-    let body = match axum::body::to_bytes(body, MAX_START_BODY_BYTES).await {
+    let body = match read_body(body, MAX_START_BODY_BYTES, state.body_read).await {
         Ok(b) => b,
-        Err(_) => {
+        Err(BodyError::TooLarge) => {
             return problem(
                 StatusCode::PAYLOAD_TOO_LARGE,
                 "Payload Too Large",
                 &format!("the body exceeds {MAX_START_BODY_BYTES} bytes"),
+            );
+        }
+        Err(BodyError::TooSlow) => {
+            return problem(
+                StatusCode::REQUEST_TIMEOUT,
+                "Request Timeout",
+                &format!(
+                    "the body did not arrive within {} s",
+                    state.body_read.as_secs()
+                ),
+            );
+        }
+        Err(BodyError::Broken) => {
+            return problem(
+                StatusCode::BAD_REQUEST,
+                "Bad Request",
+                "the body could not be read",
             );
         }
     };

@@ -123,6 +123,21 @@ pub struct ServeArgs {
     /// on another replica.
     #[arg(long, env = "CASEOPS_WORKERS", default_value_t = 64)]
     pub workers: usize,
+    /// Seconds a client has to send a request's headers (from its first byte, or
+    /// from the end of its previous request on a kept-alive connection).
+    #[arg(long, env = "CASEOPS_HEADER_TIMEOUT_SECONDS", default_value_t = 10)]
+    pub header_timeout_seconds: u64,
+    /// Seconds a client has to send a request's body.
+    #[arg(long, env = "CASEOPS_BODY_TIMEOUT_SECONDS", default_value_t = 10)]
+    pub body_timeout_seconds: u64,
+    /// Seconds a connection may sit with no bytes either way before it is closed
+    /// (a request still being answered is finished first).
+    #[arg(long, env = "CASEOPS_IDLE_TIMEOUT_SECONDS", default_value_t = 60)]
+    pub idle_timeout_seconds: u64,
+    /// Open connections per listener at most; more are answered 503 and closed
+    /// (default: half the file-descriptor limit, at most 4096).
+    #[arg(long, env = "CASEOPS_MAX_CONNECTIONS")]
+    pub max_connections: Option<usize>,
     /// On SIGTERM or SIGINT, seconds to let runs finish the step they are in
     /// before they are handed over to another replica mid-step.
     #[arg(long, env = "CASEOPS_SHUTDOWN_GRACE_SECONDS", default_value_t = 10)]
@@ -177,6 +192,15 @@ impl ServeArgs {
             }),
             lease_ms: (self.lease_seconds.max(1) * 1000) as i64,
             workers: self.workers,
+            limits: crate::http::Limits {
+                header_read: Duration::from_secs(self.header_timeout_seconds.max(1)),
+                body_read: Duration::from_secs(self.body_timeout_seconds.max(1)),
+                idle: Duration::from_secs(self.idle_timeout_seconds.max(1)),
+                max_connections: self
+                    .max_connections
+                    .unwrap_or_else(crate::http::default_max_connections)
+                    .max(1),
+            },
         })
     }
 }

@@ -6,6 +6,7 @@ use std::sync::Arc;
 use caseops_runtime::{ContractBundle, Engine, Planner, ToolDispatch};
 
 use crate::api::{self, ApiPrincipal, AppState, Resources, RunContract};
+use crate::http::{Limits, Server};
 use crate::mcp::client::McpClient;
 use crate::mcp::server::{McpConfig, McpServer};
 use crate::mcp::token::TokenIssuer;
@@ -13,7 +14,6 @@ use crate::metrics::Metrics;
 use crate::store::runs::{RunSignals, SqlRunStore};
 use crate::store::{AppSchema, Db};
 use crate::worker::{Driver, WorkerConfig, Workers};
-use tokio_util::sync::CancellationToken;
 
 /// The signing key used when none is configured; production mode refuses it.
 pub const DEV_SIGNING_KEY: &str = "caseops-development-signing-key-do-not-use";
@@ -52,6 +52,8 @@ pub struct HostConfig {
     pub lease_ms: i64,
     /// Runs driven at once by this process.
     pub workers: usize,
+    /// Timeouts and the connection limit of both listeners.
+    pub limits: Limits,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -83,40 +85,6 @@ pub struct RunningHost {
     mcp: Option<Server>,
 }
 
-/// A server task and the token that stops it accepting connections.
-struct Server {
-    stop: CancellationToken,
-    task: tokio::task::JoinHandle<()>,
-}
-
-impl Server {
-    fn spawn(
-        name: &'static str,
-        listener: tokio::net::TcpListener,
-        router: axum::Router,
-    ) -> Server {
-        let stop = CancellationToken::new();
-        let stopped = stop.clone();
-        let task = tokio::spawn(async move {
-            let serve = axum::serve(nodelay(listener), router)
-                .with_graceful_shutdown(async move { stopped.cancelled().await });
-            if let Err(e) = serve.await {
-                eprintln!("caseops: {name} server stopped: {e}");
-            }
-        });
-        Server { stop, task }
-    }
-
-    /// Stops accepting, then waits (at most `within`) for open requests to end.
-    async fn stop(self, within: std::time::Duration) {
-        self.stop.cancel();
-        let mut task = self.task;
-        if tokio::time::timeout(within, &mut task).await.is_err() {
-            task.abort();
-        }
-    }
-}
-
 impl RunningHost {
     /// Graceful shutdown, in the order that loses nothing: the API stops accepting
     /// and its waiting requests answer 202 (the run goes on elsewhere); run drivers
@@ -125,7 +93,7 @@ impl RunningHost {
     /// at once; the MCP server stops last, because drivers here call it until then.
     pub async fn shutdown(self, grace: std::time::Duration) {
         if let Some(api) = &self.api {
-            api.stop.cancel();
+            api.stop_accepting();
         }
         if let Some(workers) = &self.workers {
             workers.shutdown(grace).await;
@@ -138,19 +106,6 @@ impl RunningHost {
             mcp.stop(settle).await;
         }
     }
-}
-
-/// Small JSON answers go out at once rather than wait on Nagle's algorithm for an
-/// acknowledgement (a stall of up to the peer's delayed-ACK timer).
-fn nodelay(
-    listener: tokio::net::TcpListener,
-) -> impl axum::serve::Listener<Io = tokio::net::TcpStream, Addr = SocketAddr> {
-    use axum::serve::ListenerExt;
-    listener.tap_io(|stream| {
-        if let Err(e) = stream.set_nodelay(true) {
-            eprintln!("caseops: cannot set TCP_NODELAY on a connection: {e}");
-        }
-    })
 }
 
 async fn bind(addr: SocketAddr, flag: &'static str) -> Result<tokio::net::TcpListener, HostError> {
@@ -183,6 +138,8 @@ where
     H: ToolDispatch + 'static,
     R: Resources,
 {
+    // Every connection is a descriptor: take what the system allows.
+    crate::http::raise_fd_limit();
     // Both addresses first: a port in use fails before any database is created.
     let mcp_listener = match config.only {
         Some(Only::Api) => None,
@@ -231,10 +188,19 @@ where
             &config.allowed_origins,
         )
         .map_err(|e| HostError::Setup(e.to_string()))?;
+        let mcp_config = McpConfig {
+            body_read: config.limits.body_read,
+            ..mcp_config
+        };
         let url = mcp_config.resource_url.clone();
         let server = McpServer::<B, _>::new(mcp_config, &key, (app.tools)(&db))
             .map_err(|e| HostError::Setup(e.to_string()))?;
-        mcp = Some(Server::spawn("mcp", listener, server.router()));
+        mcp = Some(Server::spawn(
+            "mcp",
+            listener,
+            server.router(),
+            config.limits,
+        ));
         mcp_addr = Some(addr);
         url
     } else {
@@ -295,8 +261,14 @@ where
             // A run ends within its wall-clock budget once driven; a little more
             // covers a takeover. Past it the request answers 202.
             default_wait: budget + std::time::Duration::from_secs(10),
+            body_read: config.limits.body_read,
         };
-        api = Some(Server::spawn("api", listener, api::router(Arc::new(state))));
+        api = Some(Server::spawn(
+            "api",
+            listener,
+            api::router(Arc::new(state)),
+            config.limits,
+        ));
         workers = Some(pool);
     }
     Ok(RunningHost {

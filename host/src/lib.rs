@@ -21,6 +21,7 @@ pub mod cli;
 pub mod events;
 pub mod fault;
 pub mod host;
+pub mod http;
 pub mod mcp;
 pub mod metrics;
 pub mod openai;

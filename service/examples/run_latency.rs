@@ -127,6 +127,7 @@ async fn through_api(url: &str, runs: usize) -> Vec<f64> {
             only: None,
             lease_ms: 30_000,
             workers: 8,
+            limits: Default::default(),
         },
         AnyPlanner::Conformance(ConformancePlanner),
     )

@@ -342,6 +342,7 @@ async fn demo(database: Option<String>) -> Result<(), String> {
             only: None,
             lease_ms: caseops_host::store::runs::DEFAULT_LEASE_MS,
             workers: 8,
+            limits: Default::default(),
         },
         AnyPlanner::Conformance(ConformancePlanner),
     )

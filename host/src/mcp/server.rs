@@ -7,7 +7,6 @@ use std::marker::PhantomData;
 use std::sync::{Arc, Mutex};
 
 use axum::Router;
-use axum::body::Bytes;
 use axum::extract::{DefaultBodyLimit, State};
 use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
 use axum::response::{IntoResponse, Response};
@@ -37,6 +36,8 @@ pub struct McpConfig {
     /// `Host` values accepted (DNS-rebinding protection).
     pub allowed_hosts: Vec<String>,
     pub max_body_bytes: usize,
+    /// A request body must have arrived within this.
+    pub body_read: std::time::Duration,
     pub page_size: usize,
 }
 
@@ -109,6 +110,7 @@ impl McpConfig {
             allowed_origins,
             allowed_hosts,
             max_body_bytes: 256 * 1024,
+            body_read: std::time::Duration::from_secs(10),
             page_size: 50,
         })
     }
@@ -524,7 +526,7 @@ async fn mcp<B: ContractBundle, D: ToolDispatch + 'static>(
     method: Method,
     uri: axum::http::Uri,
     headers: HeaderMap,
-    body: Bytes,
+    body: axum::body::Body,
 ) -> Response {
     // DNS-rebinding protection comes first, for every method: exactly one Host,
     // readable, allowed — and an absolute-form target may not name another.
@@ -604,6 +606,23 @@ async fn mcp<B: ContractBundle, D: ToolDispatch + 'static>(
             return status(StatusCode::BAD_REQUEST, "unsupported MCP-Protocol-Version");
         }
     }
+    // Read last, after every check that needs no body, within a bound and a time.
+    let body = match crate::http::read_body(body, s.config.max_body_bytes, s.config.body_read).await
+    {
+        Ok(b) => b,
+        Err(crate::http::BodyError::TooLarge) => {
+            return status(StatusCode::PAYLOAD_TOO_LARGE, "the body is too large");
+        }
+        Err(crate::http::BodyError::TooSlow) => {
+            return status(
+                StatusCode::REQUEST_TIMEOUT,
+                "the body did not arrive in time",
+            );
+        }
+        Err(crate::http::BodyError::Broken) => {
+            return status(StatusCode::BAD_REQUEST, "the body could not be read");
+        }
+    };
     let message = match jsonrpc::parse(&body) {
         Ok(m) => m,
         Err(e) => {

@@ -41,7 +41,7 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Serve the API and the MCP tool server (development stock on shelf S-1).
-    Serve(ServeArgs),
+    Serve(Box<ServeArgs>),
     /// Create or upgrade the database schema.
     Migrate(DbArgs),
     /// Inspect runs.
@@ -147,7 +147,7 @@ async fn serve(args: ServeArgs) -> Result<(), String> {
 async fn main() -> ExitCode {
     caseops_host::install_tls_provider();
     let result = match Cli::parse().command {
-        Command::Serve(args) => serve(args).await,
+        Command::Serve(args) => serve(*args).await,
         Command::Migrate(db) => caseops_host::cli::migrate(&HOST_CLI, &db)
             .await
             .map(|_| caseops_host::out!("database is up to date")),

@@ -693,20 +693,76 @@ fn openapi(contract: &RunContract) -> Value {
     let resource = contract.resource_type.to_ascii_lowercase();
     let problem = json!({ "$ref": "#/components/schemas/Problem" });
     let err = |d: &str| json!({ "description": d, "content": { "application/problem+json": { "schema": problem } } });
+    let ok = |d: &str, schema: &str| json!({ "description": d, "content": { "application/json": { "schema": { "$ref": format!("#/components/schemas/{schema}") } } } });
+    let run_id =
+        json!({ "name": "run_id", "in": "path", "required": true, "schema": { "type": "string" } });
+    let unauthorized = err("no or unknown X-API-Key");
+    let unknown_run = err("no such run for this tenant");
+    let unavailable = err("the database did not answer; retry (see Retry-After)");
+    let nullable = |t: &str| json!({ "type": [t, "null"] });
+    let final_answer =
+        serde_json::from_str::<Value>(contract.final_answer_schema).unwrap_or(json!({}));
+    // The routes anyone may call (probes, metrics, this document) need no key.
+    let open = json!([]);
+    // A started run leads to its reads (OpenAPI links, followed by API fuzzers).
+    let follow = |op: &str| json!({ "operationId": op, "parameters": { "run_id": "$response.body#/run_id" } });
+    let run_links = json!({
+        "GetRun": follow("getRun"), "GetToolExecutions": follow("getToolExecutions"),
+        "GetCheckpoints": follow("getCheckpoints"), "GetRunEvents": follow("getRunEvents"),
+    });
+    let started = |d: &str| json!({ "description": d, "content": { "application/json": { "schema": { "$ref": "#/components/schemas/Run" } } }, "links": run_links });
     json!({
         "openapi": "3.1.0",
         "info": { "title": format!("{} agent runs API", contract.resource_type), "version": env!("CARGO_PKG_VERSION") },
         "components": {
             "securitySchemes": { "apiKey": { "type": "apiKey", "in": "header", "name": "X-API-Key" } },
             "schemas": {
-                "Problem": { "type": "object", "properties": { "type": {"type": "string"}, "title": {"type": "string"}, "status": {"type": "integer"}, "detail": {"type": "string"} } },
+                "Problem": { "type": "object", "required": ["title", "status"], "properties": { "type": {"type": "string"}, "title": {"type": "string"}, "status": {"type": "integer"}, "detail": {"type": "string"} } },
                 "StartRun": { "type": "object", "required": ["goal"], "additionalProperties": false, "properties": { "goal": { "type": "string", "minLength": 1, "maxLength": 2000, "pattern": "^[^\\x00-\\x08\\x0b\\x0c\\x0e-\\x1f\\x7f-\\x9f]*[^\\s\\x00-\\x1f\\x7f-\\x9f][^\\x00-\\x08\\x0b\\x0c\\x0e-\\x1f\\x7f-\\x9f]*$", "description": "What the run is to find out: at most 2,000 characters, at least one of them not whitespace, no control characters other than tab and line breaks. Leading and trailing whitespace is dropped." } } },
-                "Run": { "type": "object", "properties": { "run_id": {"type": "string"}, field: {"type": "string"}, "status": {"type": "string"}, "step_count": {"type": "integer"}, "replayed": {"type": "boolean"}, "result": serde_json::from_str::<Value>(contract.final_answer_schema).unwrap_or(Value::Null) } },
+                "Run": {
+                    "type": "object",
+                    "required": ["run_id", field, "status", "state", "step_count", "replayed"],
+                    "properties": {
+                        "run_id": {"type": "string"}, field: {"type": "string"},
+                        "status": { "type": "string", "enum": ["running", "completed", "needs_human", "stopped", "failed"] },
+                        "state": {"type": "string"}, "step_count": {"type": "integer", "minimum": 0},
+                        "stop_reason": nullable("string"),
+                        "result": { "description": "the final answer once the run completed", "anyOf": [final_answer, {"type": "null"}] },
+                        "planner": {"type": "string"}, "bundle_digest": {"type": "string"}, "replayed": {"type": "boolean"},
+                        "created_at_ms": {"type": "integer"}, "updated_at_ms": {"type": "integer"},
+                    },
+                },
+                "ToolExecutions": {
+                    "type": "object", "required": ["run_id", "tool_executions"],
+                    "properties": { "run_id": {"type": "string"}, "tool_executions": { "type": "array", "items": {
+                        "type": "object",
+                        "required": ["tool_call_id", "tool_name", "status", "attempt_count"],
+                        "properties": {
+                            "run_id": {"type": "string"}, "tool_call_id": {"type": "string"}, "tool_name": {"type": "string"},
+                            "tool_version": {"type": "string"}, "arguments": {"type": "object"}, "arguments_hash": {"type": "string"},
+                            "fingerprint": {"type": "string"}, "status": {"type": "string"}, "attempt_count": {"type": "integer"},
+                            "result": {}, "error_class": nullable("string"), "error_code": nullable("string"),
+                            "bundle_digest": {"type": "string"}, "started_at_ms": {"type": "integer"}, "finished_at_ms": nullable("integer"),
+                        },
+                    } } },
+                },
+                "Checkpoints": {
+                    "type": "object", "required": ["run_id", "checkpoints"],
+                    "properties": { "run_id": {"type": "string"}, "checkpoints": { "type": "array", "items": {
+                        "type": "object", "required": ["sequence", "from", "to"],
+                        "properties": { "sequence": {"type": "integer"}, "from": {"type": "string"}, "to": {"type": "string"}, "at_ms": {"type": "integer"}, "reason": nullable("string") },
+                    } } },
+                },
+                "Readiness": {
+                    "type": "object", "required": ["status", "database", "mcp"],
+                    "properties": { "status": { "type": "string", "enum": ["ready", "not_ready", "stopping"] }, "database": {"type": "string"}, "mcp": {"type": "string"} },
+                },
             },
         },
         "security": [ { "apiKey": [] } ],
         "paths": {
             contract.runs_path: { "post": {
+                "operationId": "startRun",
                 "summary": format!("Start (or replay) an agent run on a {resource}"),
                 "description": "The run is recorded and handed to a run worker; the request only waits for it. A client that disconnects changes nothing about its run. By default the request waits until the run finishes (up to the run's wall-clock budget plus 10 s); `Prefer: respond-async` answers 202 at once, `Prefer: wait=N` waits at most N seconds. A run that another replica is driving is waited for the same way.",
                 "parameters": [
@@ -716,8 +772,8 @@ fn openapi(contract: &RunContract) -> Value {
                 ],
                 "requestBody": { "required": true, "content": { "application/json": { "schema": { "$ref": "#/components/schemas/StartRun" } } } },
                 "responses": {
-                    "201": { "description": "new run, finished", "content": { "application/json": { "schema": { "$ref": "#/components/schemas/Run" } } } },
-                    "200": { "description": "replayed or resumed run, finished", "content": { "application/json": { "schema": { "$ref": "#/components/schemas/Run" } } } },
+                    "201": started("new run, finished"),
+                    "200": started("replayed or resumed run, finished"),
                     "202": {
                         "description": "the run goes on: follow `Location` or its events",
                         "headers": {
@@ -726,25 +782,123 @@ fn openapi(contract: &RunContract) -> Value {
                             "Preference-Applied": { "schema": { "type": "string" } },
                         },
                         "content": { "application/json": { "schema": { "$ref": "#/components/schemas/Run" } } },
+                        "links": run_links,
                     },
-                    "401": err("no or bad API key"), "404": err(&format!("unknown {resource}")), "409": err("key reused with another request"), "413": err("body larger than 16 KiB"), "415": err("body not `application/json`"), "422": err("invalid body or header"),
-                    "503": err("the database did not answer, or this replica is shutting down; retry with the same Idempotency-Key (see Retry-After)"),
+                    "401": unauthorized, "404": err(&format!("unknown {resource}")), "409": err("key reused with another request"), "413": err("body larger than 16 KiB"), "415": err("body not `application/json`"), "408": err("the body did not arrive in time"), "422": err("invalid body or header"),
+                    "503": err("the database did not answer, the tool server is not ready, or this replica is shutting down; retry with the same Idempotency-Key (see Retry-After)"),
                 },
             } },
+            "/v1/agent-runs/{run_id}": { "get": {
+                "operationId": "getRun", "summary": "A run", "parameters": [run_id],
+                "responses": { "200": ok("the run", "Run"), "401": unauthorized, "404": unknown_run, "503": unavailable },
+            } },
             "/v1/agent-runs/{run_id}/events": { "get": {
+                "operationId": "getRunEvents",
                 "summary": "The run's progress as Server-Sent Events",
                 "description": "`checkpoint` events (id = checkpoint sequence) for every committed checkpoint, `tool_execution` events (no id) for ledger rows that changed, and one `end` event with the run when it is terminal, after which the stream closes. Reconnect with `Last-Event-ID` to receive only later checkpoints.",
                 "parameters": [
-                    { "name": "run_id", "in": "path", "required": true, "schema": { "type": "string" } },
-                    { "name": "Last-Event-ID", "in": "header", "required": false, "schema": { "type": "integer", "minimum": 0 } },
+                    run_id,
+                    { "name": "Last-Event-ID", "in": "header", "required": false, "schema": { "type": "integer", "minimum": 0, "maximum": 18446744073709551615_u64 } },
                 ],
                 "responses": {
-                    "200": { "description": "an event stream", "content": { "text/event-stream": { "schema": { "type": "string" } } } },
-                    "404": err("unknown run"),
+                    "200": { "description": "an event stream; each event's `data` is JSON: a checkpoint, a ledger row, or the run", "content": { "text/event-stream": { "schema": {
+                        "type": "object", "required": ["event", "data"],
+                        "properties": { "event": { "type": "string", "enum": ["checkpoint", "tool_execution", "end"] }, "data": {"type": "string"}, "id": {"type": "string"} },
+                    } } } },
+                    "400": err("`Last-Event-ID` is not a sequence this stream sent"),
+                    "401": unauthorized, "404": unknown_run, "503": unavailable,
                 },
             } },
-            "/v1/agent-runs/{run_id}/tool-executions": { "get": { "summary": "The run's tool ledger", "responses": { "200": { "description": "ledger rows" }, "404": err("unknown run") } } },
-            "/v1/agent-runs/{run_id}/checkpoints": { "get": { "summary": "The run's checkpoints", "responses": { "200": { "description": "checkpoints" }, "404": err("unknown run") } } },
+            "/v1/agent-runs/{run_id}/tool-executions": { "get": {
+                "operationId": "getToolExecutions", "summary": "The run's tool ledger", "parameters": [run_id],
+                "responses": { "200": ok("ledger rows, oldest first", "ToolExecutions"), "401": unauthorized, "404": unknown_run, "503": unavailable },
+            } },
+            "/v1/agent-runs/{run_id}/checkpoints": { "get": {
+                "operationId": "getCheckpoints", "summary": "The run's checkpoints", "parameters": [run_id],
+                "responses": { "200": ok("checkpoints, in order", "Checkpoints"), "401": unauthorized, "404": unknown_run, "503": unavailable },
+            } },
+            "/health/live": { "get": {
+                "summary": "Liveness: the process answers", "security": open,
+                "responses": { "200": { "description": "`ok`", "content": { "text/plain": { "schema": { "type": "string" } } } } },
+            } },
+            "/health/ready": { "get": {
+                "summary": "Readiness: the database commits and the tool server lists the compiled tools", "security": open,
+                "responses": { "200": ok("ready", "Readiness"), "503": ok("not ready, with the reason per dependency", "Readiness") },
+            } },
+            "/metrics": { "get": {
+                "summary": "Prometheus text metrics", "security": open,
+                "responses": { "200": { "description": "exposition format 0.0.4", "content": { "text/plain": { "schema": { "type": "string" } } } } },
+            } },
+            "/openapi.json": { "get": {
+                "summary": "This document", "security": open,
+                "responses": { "200": { "description": "OpenAPI 3.1", "content": { "application/json": { "schema": { "type": "object" } } } } },
+            } },
         },
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn contract() -> RunContract {
+        RunContract {
+            resource_type: "Order",
+            resource_id_field: "order_id",
+            runs_path: "/v1/orders/{order_id}/agent-runs",
+            catalog: &[],
+            initial_stage: "working",
+            bundle_digest: "d",
+            final_answer_schema: r#"{"type": "object"}"#,
+        }
+    }
+
+    /// The routes `router` serves, as the document must name them.
+    const SERVED: &[(&str, &str)] = &[
+        ("/v1/agent-runs/{run_id}", "get"),
+        ("/v1/agent-runs/{run_id}/tool-executions", "get"),
+        ("/v1/agent-runs/{run_id}/checkpoints", "get"),
+        ("/v1/agent-runs/{run_id}/events", "get"),
+        ("/health/live", "get"),
+        ("/health/ready", "get"),
+        ("/metrics", "get"),
+        ("/openapi.json", "get"),
+    ];
+
+    #[test]
+    fn the_openapi_document_names_every_route_its_parameters_and_401_where_a_key_is_needed() {
+        let doc = openapi(&contract());
+        let paths = doc["paths"].as_object().unwrap();
+        let mut served: Vec<(&str, &str)> = SERVED.to_vec();
+        served.push(("/v1/orders/{order_id}/agent-runs", "post"));
+        assert_eq!(paths.len(), served.len(), "{:?}", paths.keys());
+        for (path, method) in served {
+            let op = &doc["paths"][path][method];
+            assert!(op.is_object(), "`{method} {path}` is not documented");
+            let declared: Vec<&str> = op["parameters"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter(|p| p["in"] == "path")
+                .map(|p| p["name"].as_str().unwrap())
+                .collect();
+            let templated: Vec<&str> = path
+                .split('{')
+                .skip(1)
+                .map(|s| s.split('}').next().unwrap())
+                .collect();
+            assert_eq!(declared, templated, "path parameters of `{path}`");
+            let open = op["security"] == json!([]);
+            assert_eq!(
+                op["responses"]["401"].is_object(),
+                !open,
+                "401 on `{method} {path}`"
+            );
+            let ok = op["responses"].as_object().unwrap();
+            assert!(
+                ok.keys().any(|k| k.starts_with('2')),
+                "`{path}` has a success response"
+            );
+        }
+    }
 }

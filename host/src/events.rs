@@ -47,11 +47,18 @@ pub(crate) async fn stream(
         Ok(x) => x,
         Err(r) => return r,
     };
-    let after = headers
-        .get("last-event-id")
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.trim().parse::<u64>().ok())
-        .unwrap_or(0);
+    // Ids this stream sent are checkpoint sequences; anything else was never ours.
+    let after = match headers.get("last-event-id").map(|v| v.to_str()) {
+        None => 0,
+        Some(Ok(v)) if v.trim().parse::<u64>().is_ok() => v.trim().parse::<u64>().unwrap_or(0),
+        Some(_) => {
+            return crate::api::problem(
+                axum::http::StatusCode::BAD_REQUEST,
+                "Bad Request",
+                "Last-Event-ID must be a checkpoint sequence this stream sent (a whole number)",
+            );
+        }
+    };
     let follow = Follow {
         changes: state.workers.signals().commits(),
         state,

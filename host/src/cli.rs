@@ -46,6 +46,48 @@ pub struct HostCli {
     pub scopes: fn() -> Vec<String>,
 }
 
+/// The verbs every host binary has; a binary with no verbs of its own uses this as
+/// its whole command and [`HostCli::run`] as its `main`.
+#[derive(Subcommand, Clone, Debug)]
+pub enum HostCommand {
+    /// Serve the API and the MCP tool server.
+    Serve(Box<ServeArgs>),
+    /// Create or upgrade the database schema.
+    Migrate(DbArgs),
+    /// Inspect runs.
+    #[command(subcommand)]
+    Runs(RunsCommand),
+    /// Audit trail tools.
+    #[command(subcommand)]
+    Audit(AuditCommand),
+}
+
+impl HostCli {
+    /// Carries out `command`: `serve` through the binary's own `serve` (it brings
+    /// its tools and planner), the rest here. An error is one `error:` line, exit 1.
+    pub async fn run<F, Fut>(&self, command: HostCommand, serve: F) -> std::process::ExitCode
+    where
+        F: FnOnce(ServeArgs) -> Fut,
+        Fut: std::future::Future<Output = Result<(), String>>,
+    {
+        let result = match command {
+            HostCommand::Serve(args) => serve(*args).await,
+            HostCommand::Migrate(db) => migrate(self, &db)
+                .await
+                .map(|_| out!("database is up to date")),
+            HostCommand::Runs(command) => runs(self, command).await,
+            HostCommand::Audit(command) => audit(self, command).await,
+        };
+        match result {
+            Ok(()) => std::process::ExitCode::SUCCESS,
+            Err(message) => {
+                eprintln!("error: {message}");
+                std::process::ExitCode::from(1)
+            }
+        }
+    }
+}
+
 #[derive(Args, Clone, Debug)]
 pub struct DbArgs {
     /// Database URL: `sqlite:///path/file.db` or `postgres://user@host/db`.

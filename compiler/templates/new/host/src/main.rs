@@ -6,12 +6,12 @@ use std::collections::HashMap;
 use std::process::ExitCode;
 
 use caseops_host::api::ApiPrincipal;
-use caseops_host::cli::{AuditCommand, DbArgs, HostCli, RunsCommand, ServeArgs};
+use caseops_host::cli::{HostCli, HostCommand, ServeArgs};
 use caseops_host::host::{self, App};
 use caseops_host::store::AppSchema;
 use caseops_runtime::context::PlannerView;
 use caseops_runtime::{ContractBundle, Planner, PlannerError};
-use clap::{Parser, Subcommand};
+use clap::Parser;
 use serde_json::{Value, json};
 
 // This agent's own crates.
@@ -38,21 +38,7 @@ const HOST_CLI: HostCli = HostCli {
 #[command(name = "__name__", version, about)]
 struct Cli {
     #[command(subcommand)]
-    command: Command,
-}
-
-#[derive(Subcommand)]
-enum Command {
-    /// Serve the API and the MCP tool server.
-    Serve(Box<ServeArgs>),
-    /// Create or upgrade the database schema.
-    Migrate(DbArgs),
-    /// Inspect runs.
-    #[command(subcommand)]
-    Runs(RunsCommand),
-    /// Audit trail tools.
-    #[command(subcommand)]
-    Audit(AuditCommand),
+    command: HostCommand,
 }
 
 /// A deterministic planner: look the run's item up, then answer from what the tool
@@ -110,19 +96,5 @@ async fn serve(args: ServeArgs) -> Result<(), String> {
 #[tokio::main]
 async fn main() -> ExitCode {
     caseops_host::install_tls_provider();
-    let result = match Cli::parse().command {
-        Command::Serve(args) => serve(*args).await,
-        Command::Migrate(db) => caseops_host::cli::migrate(&HOST_CLI, &db)
-            .await
-            .map(|_| caseops_host::out!("database is up to date")),
-        Command::Runs(command) => caseops_host::cli::runs(&HOST_CLI, command).await,
-        Command::Audit(command) => caseops_host::cli::audit(&HOST_CLI, command).await,
-    };
-    match result {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(message) => {
-            eprintln!("error: {message}");
-            ExitCode::from(1)
-        }
-    }
+    HOST_CLI.run(Cli::parse().command, serve).await
 }

@@ -19,7 +19,7 @@ use caseops_runtime::{ContractBundle, RunSpec};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use crate::http::{BodyError, read_body};
+use crate::http::{BodyError, is_json, read_body};
 use crate::metrics::Metrics;
 use crate::store::runs::{Allocation, NewRun, RunRecord, SqlRunStore};
 use crate::worker::{Waited, Workers};
@@ -300,15 +300,6 @@ fn accepted(state: &AppState, r: &RunRecord, prefer: Prefer) -> Response {
         );
     }
     response
-}
-
-/// `application/json`, with or without parameters, in any letter case.
-fn is_json(headers: &HeaderMap) -> bool {
-    headers
-        .get(header::CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.split(';').next())
-        .is_some_and(|t| t.trim().eq_ignore_ascii_case("application/json"))
 }
 
 /// Whether `goal` holds a control character a database could not store the same

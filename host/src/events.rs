@@ -48,10 +48,13 @@ pub(crate) async fn stream(
         Err(r) => return r,
     };
     // Ids this stream sent are checkpoint sequences; anything else was never ours.
-    let after = match headers.get("last-event-id").map(|v| v.to_str()) {
+    let after = match headers
+        .get("last-event-id")
+        .map(|v| v.to_str().ok().and_then(|v| v.trim().parse::<u64>().ok()))
+    {
         None => 0,
-        Some(Ok(v)) if v.trim().parse::<u64>().is_ok() => v.trim().parse::<u64>().unwrap_or(0),
-        Some(_) => {
+        Some(Some(sequence)) => sequence,
+        Some(None) => {
             return crate::api::problem(
                 axum::http::StatusCode::BAD_REQUEST,
                 "Bad Request",

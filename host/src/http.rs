@@ -198,7 +198,8 @@ async fn serve_connection(
                 closing = true;
             }
             () = tokio::time::sleep(tick), if !closing => {
-                let quiet = started.elapsed().as_millis() as u64 - activity.load(Ordering::Relaxed);
+                let quiet = (started.elapsed().as_millis() as u64)
+                    .saturating_sub(activity.load(Ordering::Relaxed));
                 if quiet >= limits.idle.as_millis() as u64 {
                     // Closes at once when idle; a request in flight finishes first.
                     conn.as_mut().graceful_shutdown();
@@ -258,6 +259,16 @@ impl AsyncWrite for Watched {
     fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
         Pin::new(&mut self.inner).poll_shutdown(cx)
     }
+}
+
+/// Whether a request's `Content-Type` is `application/json` (parameters allowed,
+/// any letter case) — and nothing that merely starts like it.
+pub fn is_json(headers: &axum::http::HeaderMap) -> bool {
+    headers
+        .get(axum::http::header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.split(';').next())
+        .is_some_and(|t| t.trim().eq_ignore_ascii_case("application/json"))
 }
 
 /// Why a body could not be read.

@@ -100,10 +100,16 @@ impl McpConfig {
                 allowed_origins.push(format!("http://{name}:{port}"));
             }
         }
-        allowed_hosts.extend(extra_hosts.iter().cloned());
-        allowed_origins.extend(extra_origins.iter().cloned());
-        allowed_hosts.dedup();
-        allowed_origins.dedup();
+        for h in extra_hosts {
+            if !allowed_hosts.contains(h) {
+                allowed_hosts.push(h.clone());
+            }
+        }
+        for o in extra_origins {
+            if !allowed_origins.contains(o) {
+                allowed_origins.push(o.clone());
+            }
+        }
         Ok(Self {
             resource_url: url,
             issuer: issuer.trim_end_matches('/').to_string(),
@@ -589,12 +595,7 @@ async fn mcp<B: ContractBundle, D: ToolDispatch + 'static>(
             "Accept must list application/json and text/event-stream",
         );
     }
-    let content_type = headers
-        .get(header::CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-        .unwrap_or("");
-    let media_type = content_type.split(';').next().unwrap_or("").trim();
-    if !media_type.eq_ignore_ascii_case("application/json") {
+    if !crate::http::is_json(&headers) {
         return status(
             StatusCode::UNSUPPORTED_MEDIA_TYPE,
             "Content-Type must be application/json",

@@ -107,9 +107,10 @@ pub fn router(state: Arc<AppState>) -> Router {
         .with_state(state)
 }
 
-/// A run request's body: `{"goal": …}` with at most 2,000 characters of goal
-/// (8,000 bytes of UTF-8) and JSON around it.
-pub const MAX_START_BODY_BYTES: usize = 16 * 1024;
+/// A run request's body: `{"goal": …}` with at most 2,000 characters of goal. A
+/// character outside the BMP written as a JSON escape pair takes 12 bytes, so a
+/// valid goal can need 24,000 bytes before the JSON around it.
+pub const MAX_START_BODY_BYTES: usize = 32 * 1024;
 
 /// An RFC 9457 problem.
 pub fn problem(status: StatusCode, title: &str, detail: &str) -> Response {
@@ -775,7 +776,7 @@ fn openapi(contract: &RunContract) -> Value {
                         "content": { "application/json": { "schema": { "$ref": "#/components/schemas/Run" } } },
                         "links": run_links,
                     },
-                    "401": unauthorized, "404": err(&format!("unknown {resource}")), "409": err("key reused with another request"), "413": err("body larger than 16 KiB"), "415": err("body not `application/json`"), "408": err("the body did not arrive in time"), "422": err("invalid body or header"),
+                    "401": unauthorized, "404": err(&format!("unknown {resource}")), "409": err("key reused with another request"), "413": err("body larger than 32 KiB"), "415": err("body not `application/json`"), "408": err("the body did not arrive in time"), "422": err("invalid body or header"),
                     "503": err("the database did not answer, the tool server is not ready, or this replica is shutting down; retry with the same Idempotency-Key (see Retry-After)"),
                 },
             } },

@@ -729,3 +729,23 @@ async fn bad_input_gets_the_same_clear_problem_on_every_backend() {
         assert!(rows.is_empty(), "{backend}: {} runs", rows.len());
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_longest_valid_goal_fits_the_body_bound_even_fully_escaped() {
+    let dbs = fresh_databases("longgoal").await;
+    let s = serve(dbs.sqlite());
+    // 2,000 characters outside the BMP, each as a JSON escape pair: 24,000 bytes.
+    let body = format!("{{\"goal\": \"{}\"}}", "\\ud83d\\ude00".repeat(2000));
+    let (status, kind, run) = send(
+        reqwest::Method::POST,
+        format!("{}/v1/cases/C-102/agent-runs", s.api),
+        &[
+            ("x-api-key", "dev-key-tenant-demo"),
+            ("content-type", "application/json"),
+            ("idempotency-key", "long-goal-0001"),
+        ],
+        body.into_bytes(),
+    )
+    .await;
+    assert_eq!(status, 201, "{kind}: {run}");
+}

@@ -247,3 +247,215 @@ async fn a_tool_server_that_does_not_know_its_forwarded_name_is_named_by_readine
         .unwrap();
     assert_eq!(r.status(), 503, "a run is refused, not started to fail");
 }
+
+/// Two network namespaces joined by a veth pair, with a third link from the test's
+/// own namespace to the API host: the API host resolves the tool server by a host
+/// name from its own `/etc/hosts` (`ip netns exec` mounts `/etc/netns/<name>/hosts`
+/// over it), as two machines on one network would.
+struct TwoHosts {
+    api_ns: String,
+    mcp_ns: String,
+    /// The API host's address as the test sees it.
+    api_ip: String,
+}
+
+impl TwoHosts {
+    const MCP_NAME: &'static str = "mcp.caseops.test";
+
+    /// `None` (with a note) where network namespaces cannot be made: not root, or no
+    /// `ip` from iproute2.
+    fn create() -> Option<TwoHosts> {
+        let tag = std::process::id() % 100_000;
+        let net = 1 + (std::process::id() % 250);
+        let hosts = TwoHosts {
+            api_ns: format!("coapi{tag}"),
+            mcp_ns: format!("comcp{tag}"),
+            api_ip: format!("10.211.{net}.2"),
+        };
+        if !ip(&["netns", "add", &hosts.api_ns]) {
+            assert!(
+                std::env::var_os("CI").is_none(),
+                "CI runs as root with iproute2: the two-host test must run there"
+            );
+            db_support::note_skipped(
+                "the two-network-host deployment test",
+                "it needs root and `ip` (iproute2) to create network namespaces",
+            );
+            return None;
+        }
+        let (a, m) = (&hosts.api_ns, &hosts.mcp_ns);
+        let (outside, api_side) = (format!("cot{tag}"), format!("coa{tag}"));
+        let (api_link, mcp_link) = (format!("cam{tag}"), format!("cma{tag}"));
+        let steps: Vec<Vec<String>> = [
+            vec!["netns", "add", m],
+            vec![
+                "link", "add", &outside, "type", "veth", "peer", "name", &api_side,
+            ],
+            vec!["link", "set", &api_side, "netns", a],
+            vec![
+                "addr",
+                "add",
+                &format!("10.211.{net}.1/24"),
+                "dev",
+                &outside,
+            ],
+            vec!["link", "set", &outside, "up"],
+            vec![
+                "-n",
+                a,
+                "addr",
+                "add",
+                &format!("{}/24", hosts.api_ip),
+                "dev",
+                &api_side,
+            ],
+            vec!["-n", a, "link", "set", &api_side, "up"],
+            vec!["-n", a, "link", "set", "lo", "up"],
+            vec![
+                "link", "add", &api_link, "type", "veth", "peer", "name", &mcp_link,
+            ],
+            vec!["link", "set", &api_link, "netns", a],
+            vec!["link", "set", &mcp_link, "netns", m],
+            vec![
+                "-n",
+                a,
+                "addr",
+                "add",
+                &format!("10.212.{net}.1/24"),
+                "dev",
+                &api_link,
+            ],
+            vec!["-n", a, "link", "set", &api_link, "up"],
+            vec![
+                "-n",
+                m,
+                "addr",
+                "add",
+                &format!("10.212.{net}.2/24"),
+                "dev",
+                &mcp_link,
+            ],
+            vec!["-n", m, "link", "set", &mcp_link, "up"],
+            vec!["-n", m, "link", "set", "lo", "up"],
+        ]
+        .iter()
+        .map(|step| step.iter().map(|s| s.to_string()).collect())
+        .collect();
+        for step in &steps {
+            let args: Vec<&str> = step.iter().map(String::as_str).collect();
+            assert!(ip(&args), "`ip {}` failed", args.join(" "));
+        }
+        let etc = format!("/etc/netns/{a}");
+        std::fs::create_dir_all(&etc).unwrap();
+        std::fs::write(
+            format!("{etc}/hosts"),
+            format!("127.0.0.1 localhost\n10.212.{net}.2 {}\n", Self::MCP_NAME),
+        )
+        .unwrap();
+        Some(hosts)
+    }
+
+    fn serve(&self, ns: &str, database: &str, args: &[&str], prefix: &str) -> Process {
+        let mut child = Command::new("ip")
+            .args(["netns", "exec", ns, env!("CARGO_BIN_EXE_caseops")])
+            .args(["serve", "--database", database])
+            .args(args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("ip netns exec starts caseops");
+        let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+        let url = loop {
+            let line = lines
+                .next()
+                .unwrap_or_else(|| panic!("caseops ended before printing `{prefix}`"))
+                .unwrap();
+            if let Some(rest) = line.strip_prefix(prefix) {
+                break rest.split_whitespace().next().unwrap().to_string();
+            }
+        };
+        std::thread::spawn(move || for _ in lines {});
+        Process { child, url }
+    }
+}
+
+impl Drop for TwoHosts {
+    fn drop(&mut self) {
+        // Deleting a namespace removes the veth ends inside it, and with them their peers.
+        ip(&["netns", "del", &self.api_ns]);
+        ip(&["netns", "del", &self.mcp_ns]);
+        let _ = std::fs::remove_dir_all(format!("/etc/netns/{}", self.api_ns));
+    }
+}
+
+fn ip(args: &[&str]) -> bool {
+    Command::new("ip")
+        .args(args)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn c102_completes_with_the_api_and_the_tool_server_on_two_network_hosts_known_by_name() {
+    caseops_host::install_tls_provider();
+    let Some(hosts) = TwoHosts::create() else {
+        return;
+    };
+    let dbs = db_support::fresh_databases("two_hosts").await;
+    let database = dbs.sqlite().to_string();
+    // Each host is a fresh namespace, so a fixed port is free on it.
+    let public = format!("http://{}:8081/mcp", TwoHosts::MCP_NAME);
+    let _mcp = hosts.serve(
+        &hosts.mcp_ns,
+        &database,
+        &[
+            "--only",
+            "mcp",
+            "--mcp-listen",
+            "0.0.0.0:8081",
+            "--mcp-public-url",
+            &public,
+            "--token-issuer",
+            ISSUER,
+        ],
+        "caseops mcp on ",
+    );
+    let _api = hosts.serve(
+        &hosts.api_ns,
+        &database,
+        &[
+            "--only",
+            "api",
+            "--listen",
+            "0.0.0.0:8080",
+            "--mcp-url",
+            &public,
+            "--token-issuer",
+            ISSUER,
+        ],
+        "caseops api on ",
+    );
+    let api = format!("http://{}:8080", hosts.api_ip);
+    let readiness = ready(&api).await;
+    assert_eq!(readiness["status"], "ready", "{readiness}");
+
+    let run: Value = reqwest::Client::new()
+        .post(format!("{api}/v1/cases/C-102/agent-runs"))
+        .header("x-api-key", "dev-key-tenant-demo")
+        .header("idempotency-key", "two-hosts-c102-0001")
+        .json(&json!({"goal": "Check whether claim case C-102 holds every document its policy requires."}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(run["status"], "completed", "{run}");
+    assert_eq!(run["step_count"], 4, "{run}");
+    assert_eq!(
+        run["result"]["outcome"], "DOCUMENTS_COMPLETE_AFTER_NORMALIZATION",
+        "{run}"
+    );
+}

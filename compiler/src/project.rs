@@ -6,7 +6,7 @@ use crate::diagnostic::{Diagnostic, Diagnostics, closest};
 use crate::reader::{Reader, list};
 use crate::source::{FileId, Sources};
 use crate::state_machine::{self, StateMachine, read_state_machine};
-use crate::tool::{Risk, ToolContract, read_tool};
+use crate::tool::{Risk, ToolContract, ToolOutline, read_tool};
 use crate::yaml::{self, Node, NodeKind};
 
 /// Largest contract or policy file the compiler reads.
@@ -23,9 +23,15 @@ pub struct Project {
     pub agent: Option<AgentContract>,
     pub state_machine: Option<StateMachine>,
     pub tools: Vec<ToolContract>,
-    /// Some tool file could not be read into a contract; checks that look a tool up by
-    /// name are skipped, since a "no contract" finding would only repeat that error.
+    /// What cross-file rules need of every tool whose name could be read, including
+    /// tools whose contract has errors.
+    pub outlines: Vec<ToolOutline>,
+    /// Some tool file could not be read into a contract; checks that need whole
+    /// contracts (policies, scenarios) are skipped.
     pub tools_incomplete: bool,
+    /// Some tool file did not even yield a name; checks that look a tool up by name
+    /// are skipped, since a "no contract" finding would only repeat that error.
+    pub tools_unnamed: bool,
 }
 
 /// Reads and checks every contract in `sources`, collecting all diagnostics.
@@ -67,12 +73,18 @@ pub fn check_contracts(sources: &Sources, diags: &mut Diagnostics) -> Project {
     for id in tool_files {
         if let Some(root) = parse_file(sources, id, diags) {
             let mut r = Reader { file: id, diags };
-            match read_tool(&mut r, &root) {
+            let read = read_tool(&mut r, &root);
+            match read.outline {
+                Some(outline) => project.outlines.push(outline),
+                None => project.tools_unnamed = true,
+            }
+            match read.contract {
                 Some(tool) => project.tools.push(tool),
                 None => project.tools_incomplete = true,
             }
         } else {
             project.tools_incomplete = true;
+            project.tools_unnamed = true;
         }
     }
 
@@ -204,7 +216,7 @@ fn syntax_error(sources: &Sources, id: FileId, e: yaml::ParseError) -> Diagnosti
 
 /// Rules that relate the agent, the state machine and the tools to each other.
 fn cross_check(project: &Project, diags: &mut Diagnostics) {
-    let tools = &project.tools;
+    let tools = &project.outlines;
 
     for (i, tool) in tools.iter().enumerate() {
         if let Some(first) = tools[..i].iter().find(|t| t.name.value == tool.name.value) {
@@ -222,7 +234,7 @@ fn cross_check(project: &Project, diags: &mut Diagnostics) {
         }
     }
 
-    for tool in tools.iter().filter(|_| !project.tools_incomplete) {
+    for tool in tools.iter().filter(|_| !project.tools_unnamed) {
         let mut r = Reader {
             file: tool.file,
             diags,
@@ -230,12 +242,12 @@ fn cross_check(project: &Project, diags: &mut Diagnostics) {
         for req in &tool.requires {
             check_tool_ref(&mut r, tools, tool, req, "requires", false);
         }
-        if let Some(effects) = &tool.effects {
+        if let Some(confirm_with) = &tool.confirm_with {
             check_tool_ref(
                 &mut r,
                 tools,
                 tool,
-                &effects.confirm_with,
+                confirm_with,
                 "effects.confirm_with",
                 true,
             );
@@ -251,11 +263,7 @@ fn cross_check(project: &Project, diags: &mut Diagnostics) {
             file: tool.file,
             diags,
         };
-        let bound = tool
-            .input
-            .iter()
-            .filter(|f| f.source.value == crate::fields::Source::RunBoundResource)
-            .count();
+        let bound = tool.run_bound.len();
         // An agent without readable stages was already reported; do not blame every tool.
         for stage in tool
             .stages
@@ -278,19 +286,16 @@ fn cross_check(project: &Project, diags: &mut Diagnostics) {
                 r.report(d);
             }
         }
-        for field in &tool.input {
+        for field in &tool.run_bound {
             // With several run-bound fields E0108 already names the problem.
-            if field.source.value == crate::fields::Source::RunBoundResource
-                && bound == 1
-                && field.name.value != agent.resource.id_field.value
-            {
+            if bound == 1 && field.value != agent.resource.id_field.value {
                 let d = r
                     .error(
                         Code::ResourceFieldMismatch,
-                        field.name.span.clone(),
+                        field.span.clone(),
                         format!(
                             "run-bound field `{}` does not match the agent's resource id field `{}`",
-                            field.name.value, agent.resource.id_field.value
+                            field.value, agent.resource.id_field.value
                         ),
                     )
                     .label("run-bound resource")
@@ -300,14 +305,17 @@ fn cross_check(project: &Project, diags: &mut Diagnostics) {
             }
         }
         let ceiling = agent.budgets.tool_timeout_ceiling_seconds as i64;
-        if tool.timeout_seconds.value > ceiling && tool.timeout_seconds.value <= 60 {
+        if let Some(timeout) = &tool.timeout_seconds
+            && timeout.value > ceiling
+            && timeout.value <= 60
+        {
             let d = r
                 .error(
                     Code::TimeoutAboveCeiling,
-                    tool.timeout_seconds.span.clone(),
+                    timeout.span.clone(),
                     format!(
                         "`timeout_seconds` {} is above the agent's ceiling of {ceiling}; the runtime uses {ceiling}",
-                        tool.timeout_seconds.value
+                        timeout.value
                     ),
                 )
                 .label("clamped to the ceiling")
@@ -336,7 +344,7 @@ fn cross_check(project: &Project, diags: &mut Diagnostics) {
         file: agent.file,
         diags,
     };
-    for entry in agent.catalog.iter().filter(|_| !project.tools_incomplete) {
+    for entry in agent.catalog.iter().filter(|_| !project.tools_unnamed) {
         if !names.contains(&entry.value.as_str()) {
             let mut d = r
                 .error(
@@ -364,8 +372,8 @@ fn catalog_span(agent: &AgentContract) -> crate::yaml::Span {
 
 fn check_tool_ref(
     r: &mut Reader,
-    tools: &[ToolContract],
-    tool: &ToolContract,
+    tools: &[ToolOutline],
+    tool: &ToolOutline,
     name: &crate::reader::Sp<String>,
     key: &str,
     must_read: bool,
@@ -379,7 +387,7 @@ fn check_tool_ref(
         Some(t) if t.name.value == tool.name.value => {
             Some(format!("tool `{}` names itself in `{key}`", name.value))
         }
-        Some(t) if must_read && t.risk.value != Risk::ReadOnly => Some(format!(
+        Some(t) if must_read && t.risk.is_some_and(|risk| risk != Risk::ReadOnly) => Some(format!(
             "`{key}` names `{}`, which is not a read-only tool",
             name.value
         )),

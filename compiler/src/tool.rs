@@ -127,6 +127,31 @@ pub struct ToolContract {
     pub audit: Vec<String>,
 }
 
+/// What rules that span files need of a tool: read whenever the tool's name is, so
+/// an error that relates it to the agent or to other tools is reported together
+/// with the tool's own errors instead of after they are fixed.
+#[derive(Debug, Clone)]
+pub struct ToolOutline {
+    pub file: FileId,
+    pub name: Sp<String>,
+    /// `None` means every stage the agent declares.
+    pub stages: Option<Vec<Sp<String>>>,
+    pub requires: Vec<Sp<String>>,
+    pub confirm_with: Option<Sp<String>>,
+    /// `None` when the tool's `risk` could not be read.
+    pub risk: Option<Risk>,
+    /// The names of its run-bound input fields (empty when `input` could not be read).
+    pub run_bound: Vec<Sp<String>>,
+    pub timeout_seconds: Option<Sp<i64>>,
+}
+
+/// One tool file read: its outline when the name could be read, its contract when
+/// nothing required was missing or unreadable.
+pub struct ToolRead {
+    pub outline: Option<ToolOutline>,
+    pub contract: Option<ToolContract>,
+}
+
 pub(crate) const BACKOFF_KEYS: &[&str] = &["kind", "initial_ms", "max_ms"];
 pub(crate) const EFFECTS_KEYS: &[&str] = &["confirm_with", "on_unknown"];
 pub(crate) const TOOL_KEYS: &[&str] = &[
@@ -166,8 +191,13 @@ fn question(key: &str) -> &'static str {
 
 /// Reads a tool contract. Returns `None` when a required answer is missing or broken;
 /// every problem found on the way has been reported.
-pub fn read_tool(r: &mut Reader, root: &Node) -> Option<ToolContract> {
-    let map = r.mapping(root, "tool contract", Some(TOOL_KEYS))?;
+pub fn read_tool(r: &mut Reader, root: &Node) -> ToolRead {
+    let Some(map) = r.mapping(root, "tool contract", Some(TOOL_KEYS)) else {
+        return ToolRead {
+            outline: None,
+            contract: None,
+        };
+    };
     let mut missing = false;
     let mut require = |r: &mut Reader, key: &str| -> Option<&Node> {
         let node = map.get(key);
@@ -333,35 +363,52 @@ pub fn read_tool(r: &mut Reader, root: &Node) -> Option<ToolContract> {
         None => DEFAULT_AUDIT.iter().map(|s| s.to_string()).collect(),
     };
 
-    let tool = ToolContract {
+    let outline = name.as_ref().map(|name| ToolOutline {
         file: r.file,
-        title: title
-            .map(|t| t.value)
-            .unwrap_or_else(|| name.as_ref().map(|n| titled(&n.value)).unwrap_or_default()),
-        description: description.map(|d| d.value),
-        name: name?,
-        version: version?,
-        required_scope: required_scope?,
-        stages,
-        requires,
-        input: input?,
-        output,
-        evidence,
-        risk: risk?,
-        timeout_seconds: timeout_seconds?,
-        max_attempts: max_attempts?,
-        backoff,
-        idempotency_key,
-        approval,
-        effects,
-        errors,
-        audit,
-    };
-    if missing {
-        return None;
+        name: name.clone(),
+        stages: stages.clone(),
+        requires: requires.clone(),
+        confirm_with: effects.as_ref().map(|e| e.confirm_with.clone()),
+        risk: risk.as_ref().map(|r| r.value),
+        run_bound: input
+            .iter()
+            .flatten()
+            .filter(|f| f.source.value == crate::fields::Source::RunBoundResource)
+            .map(|f| f.name.clone())
+            .collect(),
+        timeout_seconds: timeout_seconds.clone(),
+    });
+    let contract = (|| {
+        Some(ToolContract {
+            file: r.file,
+            title: title
+                .map(|t| t.value)
+                .unwrap_or_else(|| name.as_ref().map(|n| titled(&n.value)).unwrap_or_default()),
+            description: description.map(|d| d.value),
+            name: name?,
+            version: version?,
+            required_scope: required_scope?,
+            stages,
+            requires,
+            input: input?,
+            output,
+            evidence,
+            risk: risk?,
+            timeout_seconds: timeout_seconds?,
+            max_attempts: max_attempts?,
+            backoff,
+            idempotency_key,
+            approval,
+            effects,
+            errors,
+            audit,
+        })
+    })()
+    .filter(|_| !missing);
+    if let Some(tool) = &contract {
+        check_tool(r, tool, &map_keys(&map));
     }
-    check_tool(r, &tool, &map_keys(&map));
-    Some(tool)
+    ToolRead { outline, contract }
 }
 
 fn map_keys(map: &crate::reader::Mapping) -> Vec<(String, Span)> {

@@ -1,0 +1,1 @@
+//! No code: this package exists for its manifest. See `Cargo.toml`.

@@ -39,6 +39,17 @@ pub struct Budgets {
 pub struct FinalAnswer {
     pub schema_version: Sp<String>,
     pub fields: Vec<Field>,
+    pub evidence: Option<CitedEvidence>,
+}
+
+/// `final_answer.evidence`: the answer's field that cites evidence references. The
+/// runtime accepts an answer only when every cited reference was returned by a
+/// succeeded tool call of the run.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CitedEvidence {
+    pub field: Sp<String>,
+    /// At least one reference must be cited.
+    pub required: bool,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -74,7 +85,8 @@ pub(crate) const AGENT_KEYS: &[&str] = &[
 
 pub(crate) const RESOURCE_KEYS: &[&str] = &["type", "id_field", "id", "api_path"];
 pub(crate) const RESOURCE_ID_KEYS: &[&str] = &["min_length", "max_length", "pattern"];
-pub(crate) const FINAL_ANSWER_KEYS: &[&str] = &["schema_version", "fields"];
+pub(crate) const FINAL_ANSWER_KEYS: &[&str] = &["schema_version", "fields", "evidence"];
+pub(crate) const CITED_EVIDENCE_KEYS: &[&str] = &["field", "required"];
 pub(crate) const BUDGET_KEYS: &[&str] = &[
     "max_steps",
     "repeat_limit",
@@ -525,8 +537,60 @@ fn read_final(r: &mut Reader, node: &Node) -> Option<FinalAnswer> {
             r.report(d);
         }
     }
+    let evidence = map
+        .get("evidence")
+        .and_then(|n| read_cited_evidence(r, n, &fields));
     Some(FinalAnswer {
         schema_version,
         fields,
+        evidence,
     })
+}
+
+fn read_cited_evidence(r: &mut Reader, node: &Node, fields: &[Field]) -> Option<CitedEvidence> {
+    let map = r.mapping(node, "final_answer.evidence", Some(CITED_EVIDENCE_KEYS))?;
+    let Some(field_node) = map.get("field") else {
+        let d = r
+            .error(
+                Code::InvalidCitedEvidence,
+                node.span.clone(),
+                "`final_answer.evidence` does not name its `field`",
+            )
+            .label("`field` missing")
+            .help("add `field: <name>`, the answer's list of evidence references");
+        r.report(d);
+        return None;
+    };
+    let field = r.string(field_node, "final_answer.evidence.field")?;
+    let required = match map.get("required") {
+        Some(n) => r.boolean(n, "final_answer.evidence.required")?.value,
+        None => false,
+    };
+    let declared = fields.iter().find(|f| f.name.value == field.value);
+    let is_string_list = declared.is_some_and(|f| {
+        matches!(&f.spec.ty, FieldType::List { items, .. } if matches!(items.ty, FieldType::String { .. }))
+    });
+    if !is_string_list {
+        let message = match declared {
+            None => format!(
+                "`final_answer.evidence.field` names `{}`, which is not an answer field",
+                field.value
+            ),
+            Some(f) => format!(
+                "evidence field `{}` is a {}, not a list of strings",
+                field.value,
+                f.spec.ty.name()
+            ),
+        };
+        let d = r
+            .error(Code::InvalidCitedEvidence, field.span.clone(), message)
+            .label("must be a `list of string` answer field")
+            .help(format!(
+                "declare `{}: list of string` under `final_answer.fields`",
+                field.value
+            ));
+        r.report(d);
+        return None;
+    }
+    Some(CitedEvidence { field, required })
 }

@@ -191,6 +191,10 @@ codes! {
         "`resource.api_path` is the HTTP route a host serves to start a run on one resource (`POST`). It starts with `/`, holds the resource id field in braces exactly once, and its other segments are lowercase letters, digits, `-`, `_` and `.`. It may not shadow a route every host serves (`/v1/agent-runs/...`, `/health/...`, `/metrics`). Left out, it is `/v1/<type in lowercase>s/{<id_field>}/agent-runs`.",
         "resource:\n  type: Case\n  id_field: case_id\n  api_path: /v1/cases/{id}/runs\n",
         "resource:\n  type: Case\n  id_field: case_id\n  api_path: /v1/cases/{case_id}/agent-runs\n";
+    InvalidCitedEvidence = "E0208", Error, "invalid cited-evidence field",
+        "`final_answer.evidence.field` names the answer field that cites evidence: a `list of string` field of the final answer. The runtime accepts a final answer only if every reference it cites was returned as evidence by a succeeded tool call of the same run; `required: true` also asks for at least one.",
+        "final_answer:\n  evidence: {field: summary}\n",
+        "final_answer:\n  evidence: {field: evidence_refs, required: true}\n";
     DeclaredTwice = "E0206", Error, "name declared twice",
         "A stage, catalog entry, state or list value is declared more than once.",
         "stages: [investigating, investigating]\n",

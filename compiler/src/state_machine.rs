@@ -29,6 +29,7 @@ pub const RUNTIME_TRANSITIONS: &[(&str, &str)] = &[
     ("created", "planning"),
     ("created", "failed"),
     ("planning", "tool_proposed"),
+    ("planning", "observing"),
     ("planning", "completed"),
     ("planning", "needs_human"),
     ("planning", "stopped"),

@@ -13,7 +13,7 @@ pub use state::RunState;
 pub use tools::{Dispatcher, TOOLS, ToolHandlers, ToolId, dispatch};
 
 /// SHA-256 over the contract and policy sources of this bundle.
-pub const BUNDLE_DIGEST: &str = "727443b38ca9317ed85fd103586d60e59a0a5df14d0205b5d69edab6684f7f16";
+pub const BUNDLE_DIGEST: &str = "56ceffde81e0814ebc7008d1b4cffda302a8f407492fe4dd8e940e5284df59d2";
 
 /// The MCP `tools/list` result.
 pub const MCP_TOOLS: &str = include_str!("../mcp/tools.json");
@@ -64,6 +64,8 @@ impl caseops_runtime::ContractBundle for Bundle {
     const BUNDLE_DIGEST: &'static str = BUNDLE_DIGEST;
     const FINAL_ANSWER_SCHEMA_VERSION: &'static str = "caseops.agent-result.v1";
     const FINAL_ANSWER_SCHEMA: &'static str = FINAL_ANSWER_SCHEMA;
+    const CITED_EVIDENCE_FIELD: Option<&'static str> = Some("evidence_refs");
+    const CITED_EVIDENCE_REQUIRED: bool = true;
     const MCP_TOOLS: &'static str = MCP_TOOLS;
     const OPENAI_TOOLS: &'static str = OPENAI_TOOLS;
     const CEDAR_SCHEMA_JSON: &'static str = CEDAR_SCHEMA_JSON;

@@ -167,6 +167,7 @@ pub(crate) fn run_view(state: &AppState, r: &RunRecord, replayed: bool) -> Value
         "step_count": r.step_count,
         "stop_reason": r.stop_reason,
         "result": r.final_result,
+        "provenance": r.provenance,
         "planner": r.planner_kind,
         "bundle_digest": r.bundle_digest,
         "replayed": replayed,
@@ -720,6 +721,17 @@ fn openapi(contract: &RunContract) -> Value {
                         "state": {"type": "string"}, "step_count": {"type": "integer", "minimum": 0},
                         "stop_reason": nullable("string"),
                         "result": { "description": "the final answer once the run completed", "anyOf": [final_answer, {"type": "null"}] },
+                        "provenance": {
+                            "description": "for a completed run: each evidence reference its answer cites → the tool call that returned it",
+                            "anyOf": [{"type": "object", "additionalProperties": {
+                                "type": "object",
+                                "required": ["tool_call_id", "tool", "attempt", "bundle_digest"],
+                                "properties": {
+                                    "tool_call_id": {"type": "string"}, "tool": {"type": "string"},
+                                    "attempt": {"type": "integer", "minimum": 0}, "bundle_digest": {"type": "string"},
+                                },
+                            }}, {"type": "null"}],
+                        },
                         "planner": {"type": "string"}, "bundle_digest": {"type": "string"}, "replayed": {"type": "boolean"},
                         "created_at_ms": {"type": "integer"}, "updated_at_ms": {"type": "integer"},
                     },

@@ -119,12 +119,14 @@ async fn bind(addr: SocketAddr, flag: &'static str) -> Result<tokio::net::TcpLis
 }
 
 /// What an application brings to a host besides configuration: its tool handlers
-/// (built on the opened database), the planner, and the check that a resource
-/// exists (also built on the database).
+/// (built on the opened database), the planner, the check that a resource exists
+/// (also built on the database), and the business rules a final answer must meet
+/// besides citing only observed evidence (`None`: grounding alone).
 pub struct App<P, T, R> {
     pub planner: P,
     pub tools: T,
     pub resources: R,
+    pub conclusion: Option<Arc<dyn caseops_runtime::ConclusionCheck>>,
 }
 
 /// Starts the servers `config.only` selects for bundle `B`.
@@ -226,7 +228,10 @@ where
             .for_bundle::<B>()
             .with_lease_ms(config.lease_ms)
             .with_signals(signals.clone());
-        let engine = Engine::<B>::new().map_err(|e| HostError::Setup(e.to_string()))?;
+        let mut engine = Engine::<B>::new().map_err(|e| HostError::Setup(e.to_string()))?;
+        if let Some(check) = app.conclusion {
+            engine = engine.with_conclusion_check(check);
+        }
         let metrics = Arc::new(Metrics::default());
         let budget =
             std::time::Duration::from_secs(u64::from(engine.budgets().max_wall_clock_seconds));

@@ -30,6 +30,11 @@ pub trait ContractBundle: Send + Sync + 'static {
     const FINAL_ANSWER_SCHEMA_VERSION: &'static str;
     /// JSON Schema 2020-12 of the final answer.
     const FINAL_ANSWER_SCHEMA: &'static str;
+    /// The final answer's list of cited evidence references (`final_answer.evidence`):
+    /// each must have been returned by a succeeded tool call of the run.
+    const CITED_EVIDENCE_FIELD: Option<&'static str> = None;
+    /// Whether an answer must cite at least one reference.
+    const CITED_EVIDENCE_REQUIRED: bool = false;
     /// The MCP `tools/list` result.
     const MCP_TOOLS: &'static str;
     /// OpenAI Responses function tools (strict).

@@ -38,6 +38,9 @@ pub struct PlannerView {
     pub observations: Vec<ObservationView>,
     /// JSON Schema the final answer must satisfy.
     pub final_answer_schema: Value,
+    /// Why an earlier final answer of this run was rejected (empty until one is).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub corrections: Vec<String>,
 }
 
 pub fn build_view(
@@ -71,5 +74,6 @@ pub fn build_view(
             })
             .collect(),
         final_answer_schema: final_answer_schema.clone(),
+        corrections: Vec::new(),
     }
 }

@@ -10,6 +10,7 @@ use serde_json::{Value, json};
 use crate::authorization::{Authorization, AuthzDecision, AuthzLoadError, Principal};
 use crate::bundle::ContractBundle;
 use crate::capability_filter::{self, Health};
+use crate::conclusion::{self, ConclusionCheck, NoDomainRules, Rejection};
 use crate::context::{PlannerView, build_view};
 use crate::contract::{Budgets, OnUnknown, ToolContract};
 use crate::execution::{self, EffectStatus, ExecError, Executor, ToolCall};
@@ -89,6 +90,7 @@ pub struct Engine<B: ContractBundle> {
     budgets: Budgets,
     health: Health,
     clock: Clock,
+    conclusion_check: Arc<dyn ConclusionCheck>,
     _bundle: PhantomData<B>,
 }
 
@@ -180,6 +182,7 @@ impl<B: ContractBundle> Engine<B> {
             budgets: B::BUDGETS,
             health: Health::default(),
             clock: Arc::new(system_clock),
+            conclusion_check: Arc::new(NoDomainRules),
             _bundle: PhantomData,
         })
     }
@@ -192,6 +195,12 @@ impl<B: ContractBundle> Engine<B> {
 
     pub fn with_clock(mut self, clock: Clock) -> Self {
         self.clock = clock;
+        self
+    }
+
+    /// The host's domain rules a final answer must satisfy besides grounding.
+    pub fn with_conclusion_check(mut self, check: Arc<dyn ConclusionCheck>) -> Self {
+        self.conclusion_check = check;
         self
     }
 
@@ -234,7 +243,7 @@ impl<B: ContractBundle> Engine<B> {
             &self.health,
             &permitted,
         );
-        build_view(
+        let mut view = build_view(
             &goal,
             run.controls.step_count(),
             self.budgets.max_steps,
@@ -242,7 +251,9 @@ impl<B: ContractBundle> Engine<B> {
             run.controls.observations(),
             self.validators.final_answer_schema(),
             &|name| self.validators.input_schema(name).cloned(),
-        )
+        );
+        view.corrections = run.controls.corrections().to_vec();
+        view
     }
 
     /// The run's Cedar entities, built at its first use (they never change in a run).
@@ -532,6 +543,11 @@ impl<B: ContractBundle> Engine<B> {
         row.status = CallStatus::Succeeded;
         row.result = Some(obs.result.clone());
         row.finished_at_ms = Some(now);
+        let obs = Observation {
+            attempt: row.attempt_count,
+            bundle_digest: row.bundle_digest.clone(),
+            ..obs
+        };
         run.record(row);
         run.pending = None;
         run.controls.observe(obs);
@@ -609,6 +625,34 @@ impl<B: ContractBundle> Engine<B> {
             .map(Some)
     }
 
+    /// Grounding first (a fabricated reference is named even when the domain rules
+    /// would also object), then the host's domain rules.
+    fn accept(&self, run: &Run<B::State>, answer: &Value) -> Result<Option<Value>, Rejection> {
+        let observations = run.controls.observations();
+        let provenance = match B::CITED_EVIDENCE_FIELD {
+            Some(field) => Some(conclusion::ground(
+                answer,
+                field,
+                B::CITED_EVIDENCE_REQUIRED,
+                observations,
+            )?),
+            None => None,
+        };
+        self.conclusion_check.check(answer, observations)?;
+        Ok(provenance.map(|p| serde_json::to_value(p).expect("provenance serializes")))
+    }
+
+    async fn complete<St: RunStore>(
+        &self,
+        run: &mut Run<B::State>,
+        answer: Value,
+        provenance: Option<Value>,
+        store: &St,
+    ) -> Result<Outcome, RuntimeError> {
+        self.end(run, "completed", None, Some(answer), provenance, store)
+            .await
+    }
+
     /// Moves to a terminal state and commits the outcome with it.
     async fn finish<St: RunStore>(
         &self,
@@ -618,11 +662,24 @@ impl<B: ContractBundle> Engine<B> {
         answer: Option<Value>,
         store: &St,
     ) -> Result<Outcome, RuntimeError> {
+        self.end(run, to, reason, answer, None, store).await
+    }
+
+    async fn end<St: RunStore>(
+        &self,
+        run: &mut Run<B::State>,
+        to: &str,
+        reason: Option<&str>,
+        answer: Option<Value>,
+        provenance: Option<Value>,
+        store: &St,
+    ) -> Result<Outcome, RuntimeError> {
         let outcome = Outcome {
             run_id: run.spec.run_id.clone(),
             status: to.to_string(),
             stop_reason: reason.map(str::to_string),
             final_answer: answer,
+            provenance,
             step_count: run.controls.step_count(),
             recovery_count: run.controls.recovery_count(),
         };
@@ -748,10 +805,22 @@ impl<B: ContractBundle> Engine<B> {
                         .stop(run, "failed", reasons::PROTOCOL_ERROR, store)
                         .await;
                 }
-                return self
-                    .finish(run, "completed", None, Some(answer), store)
-                    .await
-                    .map(Some);
+                return match self.accept(run, &answer) {
+                    Ok(provenance) => self
+                        .complete(run, answer, provenance, store)
+                        .await
+                        .map(Some),
+                    // One correction round: the planner sees why, as an observation.
+                    Err(rejection) if run.controls.rejected_answers() == 0 => {
+                        run.controls.reject_answer(rejection.message);
+                        run.go(state("observing"), Some(&rejection.reason), self.now())?;
+                        Ok(None)
+                    }
+                    Err(rejection) => {
+                        self.stop(run, "needs_human", &rejection.reason, store)
+                            .await
+                    }
+                };
             }
             Decision::NeedsHuman { .. } => {
                 return self

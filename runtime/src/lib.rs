@@ -9,12 +9,14 @@
 //! [`goal_assembly`] → [`capability_filter`] → [`proposal`] (the planner) →
 //! [`protocol`] (parsing) → [`validation`] (arguments) → [`authorization`] →
 //! [`execution`] → [`normalization`] (results) → [`state_update`] (budgets, stop).
+//! A final answer is accepted by [`conclusion`] (grounded evidence, domain rules).
 //! [`engine`] drives them through the [`machine`]; [`context`] builds what a planner
 //! sees; [`store`] makes runs durable.
 
 pub mod authorization;
 pub mod bundle;
 pub mod capability_filter;
+pub mod conclusion;
 pub mod context;
 pub mod contract;
 pub mod engine;
@@ -33,6 +35,7 @@ pub mod store;
 pub mod validation;
 
 pub use bundle::ContractBundle;
+pub use conclusion::{ConclusionCheck, Provenance, Rejection};
 pub use contract::{
     Backoff, BackoffKind, Budgets, Effects, ErrorClass, ErrorDecl, FieldContract, FieldSource,
     OnUnknown, Risk, ToolContract,

@@ -16,6 +16,12 @@ pub struct Observation {
     pub result: Value,
     /// The value of the contract's evidence field.
     pub evidence_ref: Option<String>,
+    /// The attempt that returned it and the bundle that governed the call: where a
+    /// conclusion citing `evidence_ref` came from.
+    #[serde(default)]
+    pub attempt: u32,
+    #[serde(default)]
+    pub bundle_digest: String,
 }
 
 pub fn normalize(
@@ -36,5 +42,7 @@ pub fn normalize(
         arguments: arguments.clone(),
         result,
         evidence_ref,
+        attempt: 0,
+        bundle_digest: String::new(),
     })
 }

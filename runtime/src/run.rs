@@ -24,6 +24,7 @@ pub mod reasons {
     pub const TOOL_NOT_VISIBLE: &str = "TOOL_NOT_VISIBLE";
     pub const TOOL_RESOURCE_MISMATCH: &str = "TOOL_RESOURCE_MISMATCH";
     pub const RECOVERED_DISCARDED: &str = "RECOVERED_DISCARDED";
+    pub const EVIDENCE_NOT_OBSERVED: &str = "EVIDENCE_NOT_OBSERVED";
 }
 
 /// What a run is asked to do and for whom. Built by the host from the API request and
@@ -113,6 +114,10 @@ pub struct Outcome {
     pub status: String,
     pub stop_reason: Option<String>,
     pub final_answer: Option<Value>,
+    /// For a completed run: each cited evidence reference → the tool call that
+    /// returned it (`conclusion::Provenance`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub provenance: Option<Value>,
     pub step_count: u32,
     pub recovery_count: u32,
 }

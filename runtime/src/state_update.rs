@@ -28,6 +28,9 @@ pub struct Controls {
     /// limits work, not the outage of a replica that held the run.
     #[serde(default)]
     driven_ms: u64,
+    /// Why earlier final answers were rejected, shown to the planner to correct.
+    #[serde(default)]
+    corrections: Vec<String>,
 }
 
 impl Controls {
@@ -96,6 +99,20 @@ impl Controls {
             self.no_new_evidence_steps += 1;
         }
         self.observations.push(observation);
+    }
+
+    /// A final answer was rejected: the planner is told why.
+    pub fn reject_answer(&mut self, message: String) {
+        self.corrections.push(message);
+    }
+
+    /// How many final answers were rejected so far.
+    pub fn rejected_answers(&self) -> usize {
+        self.corrections.len()
+    }
+
+    pub fn corrections(&self) -> &[String] {
+        &self.corrections
     }
 
     /// A tool step ended without a result (its call failed or was denied).

@@ -762,3 +762,91 @@ fn policies_decide_visibility_before_arguments_exist() {
     let p = authz.principal(&s, "restocking", Fixture::TOOLS).unwrap();
     assert!(!authz.may_call(&p, lookup));
 }
+
+fn answer_citing(refs: &[&str]) -> serde_json::Value {
+    let mut answer = final_answer();
+    answer["answer"]["evidence_refs"] = json!(refs);
+    answer
+}
+
+#[tokio::test]
+async fn a_fabricated_reference_gets_one_correction_round_then_needs_a_human() {
+    let mut script = c102_script();
+    script.pop();
+    script.push(answer_citing(&[
+        "case://C-102@7",
+        "evidence://C-102/DOC-FABRICATED@1",
+    ]));
+    script.push(answer_citing(&["evidence://C-102/DOC-FABRICATED@1"]));
+    let (planner, store) = (ScriptPlanner::new(script), MemoryStore::new());
+    let out = engine()
+        .start(spec("fab"), &planner, &ok_executor(), &store)
+        .await
+        .unwrap();
+    assert_eq!(out.status, "needs_human", "{out:?}");
+    assert_eq!(out.stop_reason.as_deref(), Some("EVIDENCE_NOT_OBSERVED"));
+    assert!(out.final_answer.is_none() && out.provenance.is_none());
+    // The second answer was planned with the reason the first was rejected.
+    let views = planner.views.lock().unwrap();
+    let last = views.last().unwrap();
+    assert_eq!(last.corrections.len(), 1);
+    assert!(
+        last.corrections[0].contains("`evidence://C-102/DOC-FABRICATED@1`"),
+        "{:?}",
+        last.corrections
+    );
+    let run = store.get("fab").unwrap();
+    assert!(run.checkpoints.iter().any(|c| c.from == "planning"
+        && c.to == "observing"
+        && c.reason.as_deref() == Some("EVIDENCE_NOT_OBSERVED")));
+    assert_legal_path(&store, "fab");
+}
+
+#[tokio::test]
+async fn a_corrected_answer_completes_with_the_provenance_of_each_cited_reference() {
+    let mut script = c102_script();
+    script.pop();
+    script.push(answer_citing(&["evidence://C-102/DOC-FABRICATED@1"]));
+    script.push(answer_citing(&[
+        "case://C-102@7",
+        "evidence://C-102/DOC-C102-003@1",
+    ]));
+    let (planner, store) = (ScriptPlanner::new(script), MemoryStore::new());
+    let out = engine()
+        .start(spec("fixed"), &planner, &ok_executor(), &store)
+        .await
+        .unwrap();
+    assert_eq!(out.status, "completed", "{out:?}");
+    let provenance = out.provenance.expect("a completed run has provenance");
+    assert_eq!(
+        provenance["case://C-102@7"]["tool"],
+        "caseops_get_case_snapshot"
+    );
+    assert_eq!(provenance["case://C-102@7"]["tool_call_id"], "fixed:2");
+    assert_eq!(provenance["case://C-102@7"]["attempt"], 1);
+    assert_eq!(
+        provenance["case://C-102@7"]["bundle_digest"],
+        Bundle::BUNDLE_DIGEST
+    );
+    // The listing also returns DOC-C102-003's reference inside a list; only the
+    // resolution returned it as its evidence.
+    assert_eq!(
+        provenance["evidence://C-102/DOC-C102-003@1"]["tool"],
+        "caseops_resolve_document_alias"
+    );
+}
+
+#[tokio::test]
+async fn an_answer_citing_nothing_is_rejected_when_the_contract_requires_evidence() {
+    let mut script = c102_script();
+    script.pop();
+    script.push(answer_citing(&[]));
+    script.push(answer_citing(&[]));
+    let (planner, store) = (ScriptPlanner::new(script), MemoryStore::new());
+    let out = engine()
+        .start(spec("none"), &planner, &ok_executor(), &store)
+        .await
+        .unwrap();
+    assert_eq!(out.status, "needs_human");
+    assert_eq!(out.stop_reason.as_deref(), Some("EVIDENCE_NOT_OBSERVED"));
+}

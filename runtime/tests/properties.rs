@@ -1,6 +1,7 @@
 //! Property tests: for random planner scripts and random executor failures, every run
-//! records a legal path of the transition table and ends within `max_steps + 1`
-//! planner calls.
+//! records a legal path of the transition table, ends within `max_steps + 2` planner
+//! calls (one more for a rejected answer's correction round), and no completed run
+//! cites evidence its own succeeded calls did not return.
 
 mod support;
 
@@ -23,6 +24,18 @@ fn decision() -> impl Strategy<Value = Value> {
         1 => Just(call("caseops_get_case_snapshot", json!({"case_id": "C-999"}))),
         1 => Just(call("caseops_get_case_snapshot", json!({"case_id": "C-102", "x": 1}))),
         1 => Just(final_answer()),
+        2 => prop::collection::vec(prop::sample::select(vec![
+            "case://C-102@7",
+            "policy://motor-claim-standard@2026.1",
+            "evidence://C-102/DOC-C102-003@1",
+            "evidence://C-102/unclassified",
+            "evidence://C-102/DOC-FABRICATED@1",
+            "case://C-999@1",
+        ]), 0..4).prop_map(|refs| {
+            let mut answer = final_answer();
+            answer["answer"]["evidence_refs"] = json!(refs);
+            answer
+        }),
         1 => Just(json!({"decision": "needs_human", "reason": "unsure"})),
         1 => Just(json!({"decision": "dance"})),
     ]
@@ -64,7 +77,7 @@ proptest! {
         let engine = Engine::<Bundle>::new().unwrap().with_budgets(budgets);
         let out = rt.block_on(engine.start(spec("p"), &planner, &executor, &store)).unwrap();
 
-        prop_assert!(planner.calls() <= max_steps as usize + 1, "{} planner calls", planner.calls());
+        prop_assert!(planner.calls() <= max_steps as usize + 2, "{} planner calls", planner.calls());
         let run = store.get("p").unwrap();
         let mut state = RunState::INITIAL;
         for (i, cp) in run.checkpoints.iter().enumerate() {
@@ -76,6 +89,21 @@ proptest! {
         prop_assert!(state.is_terminal());
         prop_assert_eq!(state.as_str(), out.status.as_str());
         prop_assert!(out.step_count <= max_steps);
+        // a completed run cites only evidence its succeeded calls returned
+        if out.status == "completed" {
+            let observed: Vec<&str> = run.ledger.iter()
+                .filter(|r| r.status == caseops_runtime::CallStatus::Succeeded)
+                .filter_map(|r| {
+                    let field = Bundle::tool(&r.tool_name)?.evidence_field;
+                    r.result.as_ref()?.get(field)?.as_str()
+                })
+                .collect();
+            let cited = out.final_answer.as_ref().unwrap()["evidence_refs"].as_array().unwrap();
+            prop_assert!(!cited.is_empty());
+            for reference in cited {
+                prop_assert!(observed.contains(&reference.as_str().unwrap()), "{} not observed in {:?}", reference, observed);
+            }
+        }
         // the ledger agrees with the outcome: nothing is left in flight
         for row in &run.ledger {
             prop_assert!(!matches!(row.status, caseops_runtime::CallStatus::Proposed | caseops_runtime::CallStatus::Authorized | caseops_runtime::CallStatus::Running), "{:?}", row);

@@ -5,6 +5,7 @@
 
 pub mod bench;
 pub mod domain;
+pub mod findings;
 pub mod keys;
 pub mod planner;
 pub mod reference;
@@ -34,6 +35,7 @@ pub async fn start(
                 })
             },
             resources: |db: &caseops_host::store::Db| reference::SqlRepository { db: db.clone() },
+            conclusion: Some(std::sync::Arc::new(findings::DocumentRules)),
         },
     )
     .await

@@ -3,11 +3,11 @@
 //! documents → resolve each one → final answer computed from the observations) and
 //! exists to prove the control plane end to end without a model.
 
-use std::collections::BTreeSet;
-
 use caseops_generated::ToolId;
 use caseops_runtime::context::PlannerView;
 use caseops_runtime::{Planner, PlannerError};
+
+use crate::findings::Findings;
 use serde_json::{Value, json};
 
 #[derive(Debug, Clone, Copy, Default)]
@@ -17,20 +17,13 @@ fn call(tool: ToolId, arguments: Value) -> Value {
     json!({ "decision": "tool_call", "tool": tool.name(), "arguments": arguments })
 }
 
-fn strings(v: &Value) -> impl Iterator<Item = String> + '_ {
-    v.as_array()
-        .into_iter()
-        .flatten()
-        .filter_map(|x| x.as_str().map(str::to_string))
-}
-
 impl ConformancePlanner {
     /// The next decision for a view (pure: the same view gives the same decision).
     pub fn decide(view: &PlannerView) -> Value {
         let case_id = view.goal.resource_id.clone();
         let seen = |tool: ToolId| view.observations.iter().find(|o| o.tool == tool.name());
         let visible = |tool: ToolId| view.tools.iter().any(|t| t.name == tool.name());
-        let Some(snapshot) = seen(ToolId::CaseopsGetCaseSnapshot) else {
+        if seen(ToolId::CaseopsGetCaseSnapshot).is_none() {
             return if visible(ToolId::CaseopsGetCaseSnapshot) {
                 call(
                     ToolId::CaseopsGetCaseSnapshot,
@@ -39,13 +32,13 @@ impl ConformancePlanner {
             } else {
                 json!({ "decision": "needs_human", "reason": "the case snapshot tool is not available" })
             };
-        };
-        let Some(policy) = seen(ToolId::CaseopsGetPolicyRequirements) else {
+        }
+        if seen(ToolId::CaseopsGetPolicyRequirements).is_none() {
             return call(
                 ToolId::CaseopsGetPolicyRequirements,
                 json!({ "case_id": case_id }),
             );
-        };
+        }
         let Some(listing) = seen(ToolId::CaseopsListUnclassifiedDocuments) else {
             return call(
                 ToolId::CaseopsListUnclassifiedDocuments,
@@ -68,40 +61,21 @@ impl ConformancePlanner {
             }
         }
 
-        let received: BTreeSet<String> =
-            strings(&snapshot.result["received_document_codes"]).collect();
-        let resolved: BTreeSet<String> = resolutions
+        let observed = view
+            .observations
             .iter()
-            .filter(|r| r["resolved"] == json!(true))
-            .filter_map(|r| r["canonical_code"].as_str().map(str::to_string))
-            .collect();
-        let required: BTreeSet<String> = policy.result["required_documents"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .filter_map(|d| d["code"].as_str().map(str::to_string))
-            .collect();
-        let missing: BTreeSet<String> = required
-            .iter()
-            .filter(|c| !received.contains(*c) && !resolved.contains(*c))
-            .cloned()
-            .collect();
-        let mut evidence: BTreeSet<String> = BTreeSet::new();
-        evidence.extend(snapshot.result["evidence_ref"].as_str().map(str::to_string));
-        evidence.extend(policy.result["evidence_ref"].as_str().map(str::to_string));
-        for r in resolutions.iter().filter(|r| r["resolved"] == json!(true)) {
-            evidence.extend(r["evidence_ref"].as_str().map(str::to_string));
-        }
-        let outcome = if !missing.is_empty() {
-            "MISSING_REQUIRED_DOCUMENTS"
-        } else if resolved
-            .iter()
-            .any(|c| !received.contains(c) && required.contains(c))
-        {
-            "DOCUMENTS_COMPLETE_AFTER_NORMALIZATION"
-        } else {
-            "DOCUMENTS_COMPLETE"
+            .map(|o| (o.tool.as_str(), &o.result));
+        let Some(found) = Findings::derive(observed) else {
+            return json!({ "decision": "needs_human", "reason": "the snapshot and policy were not observed" });
         };
+        let Findings {
+            received,
+            resolved,
+            missing,
+            outcome,
+            evidence,
+            ..
+        } = found;
         let summary = match outcome {
             "MISSING_REQUIRED_DOCUMENTS" => format!(
                 "Case {case_id} lacks {}.",

@@ -84,6 +84,7 @@ fn view() -> PlannerView {
         }],
         observations: vec![],
         final_answer_schema: json!({}),
+        corrections: vec![],
     }
 }
 

@@ -262,6 +262,80 @@ async fn the_audit_chain_detects_an_edited_or_deleted_event() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_completed_runs_audit_and_outbox_events_name_the_call_behind_each_cited_reference() {
+    for (backend, url) in fresh_databases("provenance").await {
+        let (db, store, direct) = setup(&url).await;
+        let engine = Engine::<Bundle>::new().unwrap();
+        store
+            .allocate(&new_run("p1", "provenance-key-1", "h"))
+            .await
+            .unwrap();
+        let outcome = engine
+            .start(spec("p1"), &ConformancePlanner, &direct, &store)
+            .await
+            .unwrap();
+        let cited = outcome.final_answer.as_ref().unwrap()["evidence_refs"]
+            .as_array()
+            .cloned()
+            .unwrap();
+        assert!(!cited.is_empty(), "{backend}");
+        let ledger: Vec<(String, String)> = db
+            .fetch_all(
+                "SELECT tool_call_id, tool_name FROM tool_executions WHERE run_id = 'p1'",
+                &[],
+            )
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|r| (r.get("tool_call_id").unwrap(), r.get("tool_name").unwrap()))
+            .collect();
+        for (table, kind) in [("audit_events", "kind"), ("outbox_events", "topic")] {
+            let payload: String = db
+                .fetch_optional(
+                    &format!(
+                        "SELECT payload FROM {table} WHERE run_id = 'p1' AND {kind} LIKE '%run%'"
+                    ),
+                    &[],
+                )
+                .await
+                .unwrap()
+                .unwrap_or_else(|| panic!("{backend}: no {table} row for the run"))
+                .get("payload")
+                .unwrap();
+            let payload: Value = serde_json::from_str(&payload).unwrap();
+            for reference in &cited {
+                let from = &payload["provenance"][reference.as_str().unwrap()];
+                let call = (
+                    from["tool_call_id"]
+                        .as_str()
+                        .unwrap_or_default()
+                        .to_string(),
+                    from["tool"].as_str().unwrap_or_default().to_string(),
+                );
+                assert!(
+                    ledger.contains(&call),
+                    "{backend} {table}: {reference} came from {from}, not a call in the ledger {ledger:?}"
+                );
+                assert_eq!(from["bundle_digest"], Bundle::BUNDLE_DIGEST, "{backend}");
+            }
+        }
+        // The provenance is inside the hash chain: rewriting it is detected.
+        db.execute(
+            "UPDATE audit_events SET payload = REPLACE(payload, '\"attempt\":1', '\"attempt\":2') WHERE run_id = 'p1'",
+            &[],
+        )
+        .await
+        .unwrap();
+        let v = audit::verify(&db).await.unwrap();
+        assert!(
+            v.problems.iter().any(|p| p.contains("was altered")),
+            "{backend}: {:?}",
+            v.problems
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_run_resumes_from_the_database_after_its_process_stopped() {
     for (backend, url) in fresh_databases("resume").await {
         let (_, store, direct) = setup(&url).await;

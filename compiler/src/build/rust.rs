@@ -628,6 +628,18 @@ pub fn lib_module(info: &LibInfo) -> TokenStream {
         .collect();
     let digest = info.digest;
     let version = &agent.final_answer.schema_version.value;
+    let cited_evidence = match &agent.final_answer.evidence {
+        Some(e) => {
+            let field = &e.field.value;
+            quote! { Some(#field) }
+        }
+        None => quote! { None },
+    };
+    let evidence_required = agent
+        .final_answer
+        .evidence
+        .as_ref()
+        .is_some_and(|e| e.required);
     let doc1 =
         format!(" The compiled contract bundle of agent `{agent_name}`: tool types and table, run");
     let doc2 =
@@ -680,6 +692,8 @@ pub fn lib_module(info: &LibInfo) -> TokenStream {
             const BUNDLE_DIGEST: &'static str = BUNDLE_DIGEST;
             const FINAL_ANSWER_SCHEMA_VERSION: &'static str = #version;
             const FINAL_ANSWER_SCHEMA: &'static str = FINAL_ANSWER_SCHEMA;
+            const CITED_EVIDENCE_FIELD: Option<&'static str> = #cited_evidence;
+            const CITED_EVIDENCE_REQUIRED: bool = #evidence_required;
             const MCP_TOOLS: &'static str = MCP_TOOLS;
             const OPENAI_TOOLS: &'static str = OPENAI_TOOLS;
             const CEDAR_SCHEMA_JSON: &'static str = CEDAR_SCHEMA_JSON;

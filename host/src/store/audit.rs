@@ -102,6 +102,7 @@ pub(crate) async fn terminal_events(
         "stop_reason": outcome.stop_reason,
         "step_count": outcome.step_count,
         "outcome": outcome.final_answer.as_ref().and_then(|a| a.get("outcome")).cloned(),
+        "provenance": outcome.provenance,
     });
     payload[names.resource_key] = json!(who.resource_id);
     let hash = event_hash(&prev_hash, seq, RUN_EVENT, &outcome.run_id, &payload);
@@ -114,6 +115,7 @@ pub(crate) async fn terminal_events(
         "status": outcome.status,
         "stop_reason": outcome.stop_reason,
         "result": outcome.final_answer,
+        "provenance": outcome.provenance,
     });
     event[names.resource_key] = json!(who.resource_id);
     Ok([

@@ -149,6 +149,12 @@ pub const HOST_MIGRATIONS: &[Migration] = &[
         sqlite: include_str!("../../migrations/sqlite/0004_resource_id.sql"),
         postgres: include_str!("../../migrations/postgres/0004_resource_id.sql"),
     },
+    Migration {
+        version: 5,
+        description: "provenance",
+        sqlite: include_str!("../../migrations/sqlite/0005_provenance.sql"),
+        postgres: include_str!("../../migrations/postgres/0005_provenance.sql"),
+    },
 ];
 
 const HOST_TABLES: &[&str] = &[
@@ -576,7 +582,7 @@ mod tests {
     #[test]
     fn application_migrations_follow_the_hosts_in_version_order() {
         let order: Vec<i64> = migrations(&NOTES).iter().map(|m| m.version).collect();
-        assert_eq!(order, [1, 3, 4, 1000]);
+        assert_eq!(order, [1, 3, 4, 5, 1000]);
         assert_eq!(latest(&NOTES), 1000);
     }
 

@@ -26,6 +26,8 @@ pub struct RunRecord {
     pub state: String,
     pub step_count: i64,
     pub final_result: Option<Value>,
+    /// Cited evidence reference → the tool call that returned it (completed runs).
+    pub provenance: Option<Value>,
     pub stop_reason: Option<String>,
     pub bundle_digest: String,
     pub created_at: i64,
@@ -210,7 +212,7 @@ const PG_GATE: &str = "EXISTS (SELECT 1 FROM fence)";
 /// `SELECT <the columns [`record`] reads> FROM runs <tail>`, as a literal.
 macro_rules! select_runs {
     ($tail:literal) => {
-        concat!("SELECT run_id, tenant_id, resource_id, actor, idempotency_key, request_hash, goal, planner_kind, model, status, state, step_count, spec, final_result, stop_reason, bundle_digest, created_at, updated_at FROM runs ", $tail)
+        concat!("SELECT run_id, tenant_id, resource_id, actor, idempotency_key, request_hash, goal, planner_kind, model, status, state, step_count, spec, final_result, provenance, stop_reason, bundle_digest, created_at, updated_at FROM runs ", $tail)
     };
 }
 
@@ -259,6 +261,7 @@ fn record(row: &Row) -> Result<RunRecord, DbError> {
         state: row.get("state")?,
         step_count: row.get("step_count")?,
         final_result: parse_json(row.get("final_result")?, "runs")?,
+        provenance: parse_json(row.get("provenance")?, "runs")?,
         stop_reason: row.get("stop_reason")?,
         bundle_digest: row.get("bundle_digest")?,
         created_at: row.get("created_at")?,
@@ -472,6 +475,7 @@ impl SqlRunStore {
                 state: "created".into(),
                 step_count: 0,
                 final_result: None,
+                provenance: None,
                 stop_reason: None,
                 bundle_digest: new.bundle_digest.clone(),
                 created_at: now,
@@ -613,7 +617,7 @@ impl SqlRunStore {
         let expires = batch.outcome.is_none().then_some(now + self.lease_ms);
         let owner = batch.outcome.is_none().then(|| self.owner.clone());
         Statement::new(
-            "UPDATE runs SET state = ?, status = ?, step_count = ?, final_result = ?, stop_reason = ?, updated_at = ?, lease_owner = ?, lease_expires_at = ? \
+            "UPDATE runs SET state = ?, status = ?, step_count = ?, final_result = ?, provenance = ?, stop_reason = ?, updated_at = ?, lease_owner = ?, lease_expires_at = ? \
              WHERE run_id = ? AND lease_owner = ? AND status = 'running'",
             params![
                 &batch.state,
@@ -623,6 +627,11 @@ impl SqlRunStore {
                     .outcome
                     .as_ref()
                     .and_then(|o| o.final_answer.as_ref())
+                    .map(Value::to_string),
+                batch
+                    .outcome
+                    .as_ref()
+                    .and_then(|o| o.provenance.as_ref())
                     .map(Value::to_string),
                 batch.outcome.as_ref().and_then(|o| o.stop_reason.clone()),
                 now,
@@ -765,6 +774,7 @@ impl SqlRunStore {
             status: record.status.clone(),
             stop_reason: record.stop_reason.clone(),
             final_answer: record.final_result.clone(),
+            provenance: record.provenance.clone(),
             step_count: record.step_count as u32,
             recovery_count: 0,
         })

@@ -13,7 +13,7 @@ pub use state::RunState;
 pub use tools::{Dispatcher, TOOLS, ToolHandlers, ToolId, dispatch};
 
 /// SHA-256 over the contract and policy sources of this bundle.
-pub const BUNDLE_DIGEST: &str = "84b5bd9c72c2a7dd15fdc123542e1b5d55cd92dd4c249911e2bf6eb8a1999541";
+pub const BUNDLE_DIGEST: &str = "f52c2d7d724c7a871dc45d209bfca272abf2e4e705c0b9be962798c8c26ba6b2";
 
 /// The MCP `tools/list` result.
 pub const MCP_TOOLS: &str = include_str!("../mcp/tools.json");
@@ -59,6 +59,8 @@ impl caseops_runtime::ContractBundle for Bundle {
     const BUNDLE_DIGEST: &'static str = BUNDLE_DIGEST;
     const FINAL_ANSWER_SCHEMA_VERSION: &'static str = "warehouse.restock-result.v1";
     const FINAL_ANSWER_SCHEMA: &'static str = FINAL_ANSWER_SCHEMA;
+    const CITED_EVIDENCE_FIELD: Option<&'static str> = Some("evidence_refs");
+    const CITED_EVIDENCE_REQUIRED: bool = true;
     const MCP_TOOLS: &'static str = MCP_TOOLS;
     const OPENAI_TOOLS: &'static str = OPENAI_TOOLS;
     const CEDAR_SCHEMA_JSON: &'static str = CEDAR_SCHEMA_JSON;

@@ -36,6 +36,7 @@ impl RunStateEnum for RunState {
         (RunState::Created, RunState::Planning),
         (RunState::Created, RunState::Failed),
         (RunState::Planning, RunState::ToolProposed),
+        (RunState::Planning, RunState::Observing),
         (RunState::Planning, RunState::Completed),
         (RunState::Planning, RunState::NeedsHuman),
         (RunState::Planning, RunState::Stopped),

@@ -116,6 +116,8 @@ async fn serve(args: ServeArgs) -> Result<(), String> {
         planner: Driver,
         tools: |db: &caseops_host::store::Db| Dispatcher(Warehouse { db: db.clone() }),
         resources: |db: &caseops_host::store::Db| Warehouse { db: db.clone() },
+        // Business rules a final answer must meet besides grounded evidence.
+        conclusion: None,
     };
     let running = host::start::<Bundle, _, _, _>(config, app)
         .await

@@ -86,6 +86,8 @@ async fn serve(args: ServeArgs) -> Result<(), String> {
         planner: Driver,
         tools: |_: &caseops_host::store::Db| Dispatcher(Items::development()),
         resources: |_: &caseops_host::store::Db| Items::development(),
+        // Business rules a final answer must meet besides grounded evidence.
+        conclusion: None,
     };
     let running = host::start::<Bundle, _, _, _>(config, app)
         .await

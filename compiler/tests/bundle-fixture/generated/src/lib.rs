@@ -13,7 +13,7 @@ pub use state::RunState;
 pub use tools::{Dispatcher, TOOLS, ToolHandlers, ToolId, dispatch};
 
 /// SHA-256 over the contract and policy sources of this bundle.
-pub const BUNDLE_DIGEST: &str = "9683ac999d1c14bd650482ac85a11d6987a79f80082870bffa532cdb510fc634";
+pub const BUNDLE_DIGEST: &str = "ba0e06ba92a2d65c48918f04b6f88f1d30b84ecfef6d639ce92361e70eb141c1";
 
 /// The MCP `tools/list` result.
 pub const MCP_TOOLS: &str = include_str!("../mcp/tools.json");
@@ -58,6 +58,8 @@ impl caseops_runtime::ContractBundle for Bundle {
     const BUNDLE_DIGEST: &'static str = BUNDLE_DIGEST;
     const FINAL_ANSWER_SCHEMA_VERSION: &'static str = "warehouse.restock-result.v2";
     const FINAL_ANSWER_SCHEMA: &'static str = FINAL_ANSWER_SCHEMA;
+    const CITED_EVIDENCE_FIELD: Option<&'static str> = None;
+    const CITED_EVIDENCE_REQUIRED: bool = false;
     const MCP_TOOLS: &'static str = MCP_TOOLS;
     const OPENAI_TOOLS: &'static str = OPENAI_TOOLS;
     const CEDAR_SCHEMA_JSON: &'static str = CEDAR_SCHEMA_JSON;

@@ -104,7 +104,33 @@ pub fn router(state: Arc<AppState>) -> Router {
                 "this route does not take that method",
             )
         })
+        .layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            tenant_for_log,
+        ))
+        .layer(axum::middleware::from_fn(|r, n| {
+            crate::logging::request_line("api", r, n)
+        }))
         .with_state(state)
+}
+
+/// Names the tenant of a request's API key for its log line (a map lookup; the
+/// handlers authenticate on their own).
+async fn tenant_for_log(
+    State(state): State<Arc<AppState>>,
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    let tenant = principal(&state, request.headers())
+        .ok()
+        .map(|p| p.tenant_id);
+    let mut response = next.run(request).await;
+    if let Some(tenant) = tenant {
+        response
+            .extensions_mut()
+            .insert(crate::logging::LogTenant(tenant));
+    }
+    response
 }
 
 /// A run request's body: `{"goal": …}` with at most 2,000 characters of goal. A
@@ -191,7 +217,7 @@ fn not_found(state: &AppState) -> Response {
 }
 
 pub(crate) fn internal(e: impl std::fmt::Display) -> Response {
-    eprintln!("caseops api: error: {e}");
+    tracing::error!("caseops api: error: {e}");
     problem(
         StatusCode::INTERNAL_SERVER_ERROR,
         "Internal Server Error",
@@ -558,7 +584,7 @@ fn conflict() -> Response {
 
 /// The database failed this request; the run (if any) is safe and resumable.
 pub(crate) fn unavailable(e: impl std::fmt::Display) -> Response {
-    eprintln!("caseops api: database error: {e}");
+    tracing::warn!("caseops api: database error: {e}");
     service_unavailable(
         "the database did not answer; retry with the same Idempotency-Key",
         "1",

@@ -114,6 +114,8 @@ pub enum OnlyArg {
 pub struct ServeArgs {
     #[command(flatten)]
     pub db: DbArgs,
+    #[command(flatten)]
+    pub logs: crate::logging::LogArgs,
     /// API address: `host:port`, `localhost:port`, or a port alone (loopback).
     #[arg(long, env = "CASEOPS_LISTEN", default_value = "127.0.0.1:8080", value_parser = listen_address)]
     pub listen: SocketAddr,
@@ -193,12 +195,15 @@ impl ServeArgs {
 
     /// The host configuration these options describe. API keys come from
     /// `CASEOPS_API_KEYS`, else `dev_keys`; production refuses SQLite, the
-    /// development signing key and development keys.
+    /// development signing key and development keys. Every host serves through
+    /// this, so it also installs the log subscriber `--log-level`/`--log-format`
+    /// describe.
     pub fn config(
         &self,
         cli: &HostCli,
         dev_keys: HashMap<String, ApiPrincipal>,
     ) -> Result<HostConfig, String> {
+        crate::logging::init(&self.logs)?;
         let database = self.db.url(cli);
         let signing_key = self
             .signing_key

@@ -111,7 +111,7 @@ impl Follow {
             Ok(Some(r)) => r,
             Ok(None) => return Err(()),
             Err(e) => {
-                eprintln!("caseops api: events of `{}`: {e}", self.run_id);
+                tracing::warn!("caseops api: events of `{}`: {e}", self.run_id);
                 return Err(());
             }
         };
@@ -121,7 +121,7 @@ impl Follow {
         ) {
             Ok(x) => x,
             Err(e) => {
-                eprintln!("caseops api: events of `{}`: {e}", self.run_id);
+                tracing::warn!("caseops api: events of `{}`: {e}", self.run_id);
                 return Err(());
             }
         };

@@ -252,7 +252,7 @@ where
         // Known before the first request: an unreachable tool server refuses runs
         // from the start instead of failing them at their first call.
         if let Err(e) = pool.check_mcp().await {
-            eprintln!("caseops: the mcp server at `{mcp_url}` is not ready: {e}");
+            tracing::warn!("caseops: the mcp server at `{mcp_url}` is not ready: {e}");
         }
         let state = AppState {
             contract: RunContract::of::<B>(),

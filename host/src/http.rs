@@ -134,14 +134,14 @@ async fn accept_loop(
             Ok((s, _)) => s,
             Err(e) => {
                 // Out of descriptors, most likely: back off instead of spinning.
-                eprintln!("caseops: {name} cannot accept a connection: {e}");
+                tracing::warn!("caseops: {name} cannot accept a connection: {e}");
                 tokio::time::sleep(Duration::from_millis(50)).await;
                 continue;
             }
         };
         let Ok(slot) = slots.clone().try_acquire_owned() else {
             if last_warning.is_none_or(|t| t.elapsed() > Duration::from_secs(1)) {
-                eprintln!(
+                tracing::warn!(
                     "caseops: {name} has {} connections open, its limit: refusing new ones with 503",
                     limits.max_connections
                 );

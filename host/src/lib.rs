@@ -10,7 +10,8 @@
 //!   chain and the outbox, and the application's own migrations;
 //! - [`worker`]: the run workers that own, resume and hand over runs;
 //! - [`openai`]: the OpenAI Responses planner;
-//! - [`metrics`]: Prometheus text metrics.
+//! - [`metrics`]: Prometheus text metrics;
+//! - [`logging`]: the log subscriber and the per-request log line.
 //!
 //! Nothing here names an application's tools, resources or reference data: a host
 //! binary brings its generated bundle, its tool handlers, a planner and the check
@@ -22,6 +23,7 @@ pub mod events;
 pub mod fault;
 pub mod host;
 pub mod http;
+pub mod logging;
 pub mod mcp;
 pub mod metrics;
 pub mod openai;

@@ -310,13 +310,15 @@ impl Workers {
             Some(Ok(outcome)) => self.finished(&outcome).await,
             Some(Err(RuntimeError::Interrupted(_))) => {
                 if let Err(e) = runs.release(run_id, 0).await {
-                    eprintln!("caseops: releasing `{run_id}` failed (its lease will expire): {e}");
+                    tracing::warn!(
+                        "caseops: releasing `{run_id}` failed (its lease will expire): {e}"
+                    );
                 }
             }
             // Another replica took the run over; it is theirs now.
             None | Some(Err(RuntimeError::Store(StoreError::LeaseLost { .. }))) => {}
             Some(Err(e)) => {
-                eprintln!("caseops: driving `{run_id}` failed; it will be retried: {e}");
+                tracing::warn!("caseops: driving `{run_id}` failed; it will be retried: {e}");
                 let _ = runs.release(run_id, RETRY_AFTER_FAILURE_MS).await;
             }
         }
@@ -351,14 +353,14 @@ impl Workers {
                     failing = false;
                     for id in ids {
                         if let Err(e) = self.hand_over(&id, None).await {
-                            eprintln!("caseops: handing `{id}` back failed: {e}");
+                            tracing::warn!("caseops: handing `{id}` back failed: {e}");
                         }
                     }
                 }
                 // Said once per outage, not once per interval.
                 Err(e) if !failing => {
                     failing = true;
-                    eprintln!("caseops: claiming due runs failed (will keep trying): {e}");
+                    tracing::warn!("caseops: claiming due runs failed (will keep trying): {e}");
                 }
                 Err(_) => {}
             }
@@ -427,7 +429,7 @@ impl Workers {
                 .flatten()
                 .cloned()
                 .collect();
-            eprintln!(
+            tracing::warn!(
                 "caseops: {} runs outlasted the shutdown grace; handing them over mid-step",
                 handles.len()
             );
@@ -438,8 +440,8 @@ impl Workers {
         }
         match self.runs.release_all().await {
             Ok(0) => {}
-            Ok(n) => eprintln!("caseops: released {n} runs for other replicas"),
-            Err(e) => eprintln!("caseops: releasing leases failed (they will expire): {e}"),
+            Ok(n) => tracing::info!("caseops: released {n} runs for other replicas"),
+            Err(e) => tracing::warn!("caseops: releasing leases failed (they will expire): {e}"),
         }
     }
 }

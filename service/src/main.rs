@@ -460,7 +460,9 @@ async fn demo(database: Option<String>) -> Result<(), String> {
                 })
                 .unwrap_or_default(),
             "completed" | "needs_human" | "stopped" | "failed" => {
-                let why = c["reason"].as_str().unwrap_or("final answer accepted");
+                let why = c["reason"]
+                    .as_str()
+                    .unwrap_or("final answer accepted: grounded in observed evidence");
                 format!("* {why}")
             }
             _ => c["reason"].as_str().unwrap_or("").to_string(),
@@ -486,6 +488,16 @@ async fn demo(database: Option<String>) -> Result<(), String> {
         "{}",
         serde_json::to_string_pretty(&run["result"]).unwrap_or_default()
     );
+
+    out!("provenance (each cited reference -> the call of this run that returned it):");
+    for (reference, from) in run["provenance"].as_object().into_iter().flatten() {
+        out!(
+            "  {reference:<40} {} attempt {} ({})",
+            from["tool"].as_str().unwrap_or("?"),
+            from["attempt"],
+            from["tool_call_id"].as_str().unwrap_or("?")
+        );
+    }
 
     let replay: Value = json_body(post().send()).await?;
     out!();

@@ -330,6 +330,13 @@ fn the_demo_runs_end_to_end_and_exits_zero() {
         "{text}"
     );
     assert!(text.contains("budget: 4 of 8 steps"), "{text}");
+    // The conclusion traced back: the alias resolution's reference names its call.
+    assert!(
+        text.lines()
+            .any(|l| l.contains("evidence://C-102/DOC-C102-003@1")
+                && l.contains("caseops_resolve_document_alias attempt 1")),
+        "{text}"
+    );
     assert!(
         text.contains("(temporary: removed when the demo ends)"),
         "{text}"

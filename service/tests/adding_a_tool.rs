@@ -140,8 +140,22 @@ async fn model(replies: Vec<Value>) -> (String, Arc<Mutex<Vec<Value>>>) {
             "/v1/responses",
             post(
                 |State((replies, seen)): State<ModelState>, body: axum::Json<Value>| async move {
+                    // `{EVIDENCE}` in a reply stands for the evidence reference the
+                    // run's first tool call returned: a conclusion may cite only that.
+                    let view: Value = body.0["input"][0]["content"]
+                        .as_str()
+                        .and_then(|c| serde_json::from_str(c).ok())
+                        .unwrap_or_default();
+                    let evidence = view["observations"][0]["result"]["evidence_ref"]
+                        .as_str()
+                        .unwrap_or_default()
+                        .to_string();
                     seen.lock().unwrap().push(body.0);
-                    axum::Json(replies.lock().unwrap().pop_front().unwrap_or(Value::Null))
+                    let reply = replies.lock().unwrap().pop_front().unwrap_or(Value::Null);
+                    let reply: Value =
+                        serde_json::from_str(&reply.to_string().replace("{EVIDENCE}", &evidence))
+                            .unwrap_or(reply);
+                    axum::Json(reply)
                 },
             ),
         )
@@ -177,9 +191,11 @@ async fn following_the_walk_through_makes_a_new_write_tool_callable_in_a_run() {
         "name": "caseops_request_missing_document",
         "arguments": json!({"case_id": "C-102", "document_code": "ACCIDENT_CERTIFICATE"}).to_string()}],
         "usage": {"total_tokens": 40}});
-    let answer = json!({"outcome": "MISSING_REQUIRED_DOCUMENTS", "summary": "requested the accident certificate",
+    // Without the snapshot and the policy only INSUFFICIENT_EVIDENCE follows, and the
+    // answer cites what the run observed: the request's own reference.
+    let answer = json!({"outcome": "INSUFFICIENT_EVIDENCE", "summary": "requested the accident certificate",
         "received_document_codes": [], "resolved_document_codes": [],
-        "missing_document_codes": ["ACCIDENT_CERTIFICATE"], "evidence_refs": []});
+        "missing_document_codes": [], "evidence_refs": ["{EVIDENCE}"]});
     let done = json!({"output": [{"type": "message", "content": [{"type": "output_text", "text": answer.to_string()}]}],
         "usage": {"total_tokens": 40}});
     let (base, seen) = model(vec![call, done]).await;

@@ -247,6 +247,9 @@ impl<B: ContractBundle, D: ToolDispatch + 'static> McpServer<B, D> {
             )
             .route("/health/live", get(|| async { "ok" }))
             .layer(DefaultBodyLimit::max(max))
+            .layer(axum::middleware::from_fn(|r, n| {
+                crate::logging::request_line("mcp", r, n)
+            }))
             .with_state(state)
     }
 
@@ -363,6 +366,13 @@ impl<B: ContractBundle, D: ToolDispatch + 'static> McpServer<B, D> {
         };
         // Scope is an HTTP-level decision, made before any tool code runs.
         if !claims.has_scope(tool.required_scope) {
+            tracing::info!(
+                tenant = %claims.tenant_id,
+                task = %claims.task_id,
+                tool = tool.name,
+                reason = "TOOL_SCOPE_MISSING",
+                "mcp tool call denied: scope missing"
+            );
             return Err(CallFailure::Scope(tool.required_scope.to_string()));
         }
         let arguments = match params.get("arguments") {
@@ -392,6 +402,13 @@ impl<B: ContractBundle, D: ToolDispatch + 'static> McpServer<B, D> {
             Err(message) => AuthzDecision::unevaluable(message),
         };
         if let AuthzDecision::Deny { reason, .. } = decision {
+            tracing::info!(
+                tenant = %claims.tenant_id,
+                task = %claims.task_id,
+                tool = tool.name,
+                reason = %reason,
+                "mcp tool call denied by policy"
+            );
             return Ok(tool_error(
                 &reason,
                 "the call is not authorized",
@@ -419,7 +436,7 @@ impl<B: ContractBundle, D: ToolDispatch + 'static> McpServer<B, D> {
             Ok(result) => {
                 if let Err(errors) = self.validators.output(tool.name, &result) {
                     // Never send a result that breaks the contract; say so in the log.
-                    eprintln!(
+                    tracing::warn!(
                         "caseops mcp: `{}` returned a result outside its output schema: {}",
                         tool.name,
                         errors.join("; ")
@@ -587,15 +604,31 @@ async fn mcp<B: ContractBundle, D: ToolDispatch + 'static>(
     }
     let claims = match s.authenticate(&headers) {
         Ok(c) => c,
-        Err(e) => return s.unauthorized(&e),
+        Err(e) => {
+            tracing::info!(reason = %e, "mcp request refused: invalid task token");
+            return s.unauthorized(&e);
+        }
     };
-    if !accepts_both(&headers) {
+    let tenant = crate::logging::LogTenant(claims.tenant_id.clone());
+    let mut response = authenticated(&s, &claims, &headers, body).await;
+    response.extensions_mut().insert(tenant);
+    response
+}
+
+/// An MCP request from a task-token holder.
+async fn authenticated<B: ContractBundle, D: ToolDispatch + 'static>(
+    s: &McpServer<B, D>,
+    claims: &TaskClaims,
+    headers: &HeaderMap,
+    body: axum::body::Body,
+) -> Response {
+    if !accepts_both(headers) {
         return status(
             StatusCode::NOT_ACCEPTABLE,
             "Accept must list application/json and text/event-stream",
         );
     }
-    if !crate::http::is_json(&headers) {
+    if !crate::http::is_json(headers) {
         return status(
             StatusCode::UNSUPPORTED_MEDIA_TYPE,
             "Content-Type must be application/json",
@@ -658,8 +691,8 @@ async fn mcp<B: ContractBundle, D: ToolDispatch + 'static>(
             }))
         }
         "ping" => Ok(json!({})),
-        "tools/list" => s.list(&claims, &params),
-        "tools/call" => match s.call(&claims, &params).await {
+        "tools/list" => s.list(claims, &params),
+        "tools/call" => match s.call(claims, &params).await {
             Ok(v) => Ok(v),
             Err(CallFailure::Scope(scope)) => return s.insufficient_scope(&scope),
             Err(CallFailure::Protocol(code, message)) => Err((code, message)),

@@ -389,7 +389,7 @@ impl SqlRunStore {
                 Ok(false) => return,
                 // A database that does not answer: the lease may run out, and then
                 // the fenced commit tells this driver it lost the run.
-                Err(e) => eprintln!("caseops: renewing the lease of `{run_id}` failed: {e}"),
+                Err(e) => tracing::warn!("caseops: renewing the lease of `{run_id}` failed: {e}"),
             }
         }
     }
@@ -781,13 +781,68 @@ impl SqlRunStore {
     }
 }
 
+/// What a commit made durable, for the log: each state change at debug, each
+/// denied or failed call and the run's end with their reason codes.
+fn log_committed(batch: &Batch) {
+    for c in &batch.checkpoints {
+        tracing::debug!(
+            run_id = %c.run_id,
+            sequence = c.sequence,
+            from = %c.from,
+            to = %c.to,
+            reason = c.reason.as_deref(),
+            "run state changed"
+        );
+    }
+    for row in &batch.ledger {
+        let (class, code) = (row.error_class.as_deref(), row.error_code.as_deref());
+        match row.status {
+            CallStatus::Denied => tracing::info!(
+                run_id = %row.run_id,
+                tool_call_id = %row.tool_call_id,
+                tool = %row.tool_name,
+                class,
+                reason = code,
+                "tool call denied"
+            ),
+            CallStatus::Failed => tracing::warn!(
+                run_id = %row.run_id,
+                tool_call_id = %row.tool_call_id,
+                tool = %row.tool_name,
+                attempts = row.attempt_count,
+                class,
+                code,
+                "tool call failed"
+            ),
+            _ => {}
+        }
+    }
+    if let Some(o) = &batch.outcome {
+        let reason = o.stop_reason.as_deref();
+        match o.status.as_str() {
+            "completed" => {
+                tracing::info!(run_id = %o.run_id, status = %o.status, steps = o.step_count, "run finished")
+            }
+            "failed" => {
+                tracing::warn!(run_id = %o.run_id, status = %o.status, reason, steps = o.step_count, "run finished")
+            }
+            _ => {
+                tracing::info!(run_id = %o.run_id, status = %o.status, reason, steps = o.step_count, "run finished")
+            }
+        }
+    }
+}
+
 impl RunStore for SqlRunStore {
     async fn commit(&self, batch: Batch) -> Result<(), StoreError> {
         // A busy audit chain (two terminal runs of one tenant) is retried a few times.
         let mut last = None;
         for _ in 0..5 {
             match self.write(batch.clone()).await {
-                Ok(()) => return Ok(()),
+                Ok(()) => {
+                    log_committed(&batch);
+                    return Ok(());
+                }
                 Err(DbError::LeaseLost { run_id }) => return Err(StoreError::LeaseLost { run_id }),
                 Err(e) if is_conflict(&e) && batch.outcome.is_some() => last = Some(e.to_string()),
                 Err(e) => return Err(StoreError::Unavailable(e.to_string())),

@@ -1,0 +1,222 @@
+//! What `caseops serve` logs, read from the real process's standard error: one
+//! line per request on both listeners, run state changes at debug, the run's end —
+//! and never a key, a token or a signing key.
+
+mod db_support;
+
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use serde_json::{Value, json};
+
+const API_KEY: &str = "log-test-key-0123456789abcdef";
+const SIGNING_KEY: &str = "log-test-signing-key-0123456789abcdefghij";
+
+struct Server {
+    child: Child,
+    api: String,
+    stderr: Arc<Mutex<Vec<String>>>,
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn serve(database: &str, extra: &[&str]) -> Server {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_caseops"))
+        .args(["serve", "--database", database])
+        .args(["--listen", "127.0.0.1:0", "--mcp-listen", "127.0.0.1:0"])
+        .args(["--signing-key", SIGNING_KEY])
+        .args(extra)
+        .env(
+            "CASEOPS_API_KEYS",
+            format!("{API_KEY}=tenant-demo:user:alice"),
+        )
+        .env_remove("RUST_LOG")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("caseops starts");
+    let stderr = Arc::new(Mutex::new(Vec::new()));
+    let sink = stderr.clone();
+    let err = child.stderr.take().unwrap();
+    std::thread::spawn(move || {
+        for line in BufReader::new(err).lines().map_while(Result::ok) {
+            sink.lock().unwrap().push(line);
+        }
+    });
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let api = loop {
+        let line = lines.next().expect("caseops printed its address").unwrap();
+        if let Some(rest) = line.strip_prefix("caseops api on ") {
+            break rest.split_whitespace().next().unwrap().to_string();
+        }
+    };
+    std::thread::spawn(move || for _ in lines {});
+    Server { child, api, stderr }
+}
+
+/// Lines logged so far once `done` holds for them, or all of them after 5 s.
+async fn logged_until(server: &Server, done: impl Fn(&[String]) -> bool) -> Vec<String> {
+    for _ in 0..100 {
+        let lines = server.stderr.lock().unwrap().clone();
+        if done(&lines) {
+            return lines;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    server.stderr.lock().unwrap().clone()
+}
+
+fn events(lines: &[String]) -> Vec<Value> {
+    lines
+        .iter()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON ({e}): {l}")))
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn json_logs_hold_one_line_per_request_and_every_state_change_without_secrets() {
+    let dbs = db_support::fresh_databases("logs_json").await;
+    let server = serve(
+        dbs.sqlite(),
+        &["--log-format", "json", "--log-level", "debug"],
+    );
+    let http = reqwest::Client::new();
+    let run: Value = http
+        .post(format!("{}/v1/cases/C-102/agent-runs", server.api))
+        .header("x-api-key", API_KEY)
+        .header("idempotency-key", "logs-json-0001")
+        .header("x-request-id", "req-logs-0001")
+        .json(&json!({"goal": "Check C-102."}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(run["status"], "completed", "{run}");
+    let run_id = run["run_id"].as_str().unwrap();
+    let unauthorized = http
+        .get(format!("{}/v1/agent-runs/{run_id}", server.api))
+        .header("x-api-key", "not-a-key-of-anyone-here")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(unauthorized.status(), 401);
+
+    let lines = logged_until(&server, |l| {
+        l.iter()
+            .any(|l| l.contains("\"status\":401") && l.contains("\"listener\":\"api\""))
+    })
+    .await;
+    let all = events(&lines);
+    let requests: Vec<&Value> = all.iter().filter(|e| e["message"] == "request").collect();
+
+    let start = requests
+        .iter()
+        .find(|e| e["method"] == "POST" && e["listener"] == "api")
+        .unwrap_or_else(|| panic!("no request line for the POST: {lines:#?}"));
+    assert_eq!(start["listener"], "api");
+    assert_eq!(start["route"], "/v1/cases/{case_id}/agent-runs");
+    assert_eq!(start["status"], 201);
+    assert_eq!(start["tenant"], "tenant-demo");
+    assert_eq!(start["request_id"], "req-logs-0001");
+    assert!(start["latency_ms"].as_f64().is_some_and(|ms| ms > 0.0));
+    assert_eq!(start["level"], "INFO");
+
+    let refused = requests.iter().find(|e| e["status"] == 401).unwrap();
+    assert_eq!(refused["route"], "/v1/agent-runs/{run_id}");
+    assert!(refused.get("tenant").is_none(), "{refused}");
+
+    // The four tool calls reached the tool server as the run's tenant.
+    let mcp: Vec<&&Value> = requests
+        .iter()
+        .filter(|e| e["listener"] == "mcp" && e["route"] == "/mcp" && e["status"] == 200)
+        .filter(|e| e["tenant"] == "tenant-demo")
+        .collect();
+    assert!(mcp.len() >= 4, "{lines:#?}");
+
+    let changes: Vec<&Value> = all
+        .iter()
+        .filter(|e| e["message"] == "run state changed" && e["run_id"] == run_id)
+        .collect();
+    let checkpoints: Value = http
+        .get(format!("{}/v1/agent-runs/{run_id}/checkpoints", server.api))
+        .header("x-api-key", API_KEY)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(
+        changes.len(),
+        checkpoints["checkpoints"].as_array().unwrap().len(),
+        "one debug line per checkpoint"
+    );
+    assert!(changes.iter().all(|e| e["level"] == "DEBUG"));
+    assert!(all.iter().any(|e| e["message"] == "run finished"
+        && e["run_id"] == run_id
+        && e["status"] == "completed"));
+
+    let text = lines.join("\n");
+    for secret in [
+        API_KEY,
+        "not-a-key-of-anyone-here",
+        SIGNING_KEY,
+        "Bearer",
+        "eyJ",
+    ] {
+        assert!(!text.contains(secret), "`{secret}` was logged:\n{text}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn text_logs_at_info_leave_out_state_changes() {
+    let dbs = db_support::fresh_databases("logs_text").await;
+    let server = serve(dbs.sqlite(), &[]);
+    let status = reqwest::Client::new()
+        .post(format!("{}/v1/cases/C-102/agent-runs", server.api))
+        .header("x-api-key", API_KEY)
+        .header("idempotency-key", "logs-text-0001")
+        .json(&json!({"goal": "Check C-102."}))
+        .send()
+        .await
+        .unwrap()
+        .status();
+    assert_eq!(status, 201);
+    let lines = logged_until(&server, |l| {
+        l.iter()
+            .any(|l| l.contains("request") && l.contains("status=201"))
+    })
+    .await;
+    let text = lines.join("\n");
+    assert!(
+        lines.iter().any(|l| l.contains(" INFO ")
+            && l.contains("method=POST")
+            && l.contains("route=\"/v1/cases/{case_id}/agent-runs\"")
+            && l.contains("tenant=\"tenant-demo\"")),
+        "{text}"
+    );
+    assert!(!text.contains("run state changed"), "{text}");
+    assert!(text.contains("run finished"), "{text}");
+}
+
+#[test]
+fn an_unknown_log_level_is_refused_with_its_flag_named() {
+    let out = Command::new(env!("CARGO_BIN_EXE_caseops"))
+        .args(["serve", "--database", "sqlite:///nonexistent-dir/x.db"])
+        .args(["--log-level", "loud"])
+        .env_remove("RUST_LOG")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("--log-level `loud`"), "{stderr}");
+}

@@ -642,17 +642,6 @@ impl<B: ContractBundle> Engine<B> {
         Ok(provenance.map(|p| serde_json::to_value(p).expect("provenance serializes")))
     }
 
-    async fn complete<St: RunStore>(
-        &self,
-        run: &mut Run<B::State>,
-        answer: Value,
-        provenance: Option<Value>,
-        store: &St,
-    ) -> Result<Outcome, RuntimeError> {
-        self.end(run, "completed", None, Some(answer), provenance, store)
-            .await
-    }
-
     /// Moves to a terminal state and commits the outcome with it.
     async fn finish<St: RunStore>(
         &self,
@@ -807,7 +796,7 @@ impl<B: ContractBundle> Engine<B> {
                 }
                 return match self.accept(run, &answer) {
                     Ok(provenance) => self
-                        .complete(run, answer, provenance, store)
+                        .end(run, "completed", None, Some(answer), provenance, store)
                         .await
                         .map(Some),
                     // One correction round: the planner sees why, as an observation.

@@ -3,10 +3,9 @@
 //! that plays C-102's four tool calls and then answers as each test scripts it.
 
 mod db_support;
+mod serve_support;
 
 use std::collections::VecDeque;
-use std::io::{BufRead, BufReader};
-use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 
 use axum::Router;
@@ -97,37 +96,13 @@ async fn model(answers: &[Answer]) -> (String, Model) {
     (format!("http://{addr}/v1"), model)
 }
 
-struct Server {
-    child: Child,
-    api: String,
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn serve(database: &str, model_url: &str) -> Server {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_caseops"))
-        .args(["serve", "--database", database])
-        .args(["--listen", "127.0.0.1:0", "--mcp-listen", "127.0.0.1:0"])
-        .args(["--planner", "openai", "--openai-base-url", model_url])
-        .env("CASEOPS_OPENAI_API_KEY", "sk-test-grounding")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .expect("caseops starts");
-    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
-    let api = loop {
-        let line = lines.next().expect("caseops printed its address").unwrap();
-        if let Some(rest) = line.strip_prefix("caseops api on ") {
-            break rest.split_whitespace().next().unwrap().to_string();
-        }
-    };
-    std::thread::spawn(move || for _ in lines {});
-    Server { child, api }
+fn serve(database: &str, model_url: &str) -> serve_support::Served {
+    serve_support::serve(
+        database,
+        &["--planner", "openai", "--openai-base-url", model_url],
+        &[("CASEOPS_OPENAI_API_KEY", "sk-test-grounding")],
+        false,
+    )
 }
 
 /// Starts C-102 with the stand-in model answering `answers` and returns the run.

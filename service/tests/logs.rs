@@ -3,66 +3,26 @@
 //! and never a key, a token or a signing key.
 
 mod db_support;
+mod serve_support;
 
-use std::io::{BufRead, BufReader};
-use std::process::{Child, Command, Stdio};
-use std::sync::{Arc, Mutex};
+use std::process::Command;
 use std::time::Duration;
 
 use serde_json::{Value, json};
+use serve_support::Served;
 
 const API_KEY: &str = "log-test-key-0123456789abcdef";
 const SIGNING_KEY: &str = "log-test-signing-key-0123456789abcdefghij";
 
-struct Server {
-    child: Child,
-    api: String,
-    stderr: Arc<Mutex<Vec<String>>>,
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn serve(database: &str, extra: &[&str]) -> Server {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_caseops"))
-        .args(["serve", "--database", database])
-        .args(["--listen", "127.0.0.1:0", "--mcp-listen", "127.0.0.1:0"])
-        .args(["--signing-key", SIGNING_KEY])
-        .args(extra)
-        .env(
-            "CASEOPS_API_KEYS",
-            format!("{API_KEY}=tenant-demo:user:alice"),
-        )
-        .env_remove("RUST_LOG")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("caseops starts");
-    let stderr = Arc::new(Mutex::new(Vec::new()));
-    let sink = stderr.clone();
-    let err = child.stderr.take().unwrap();
-    std::thread::spawn(move || {
-        for line in BufReader::new(err).lines().map_while(Result::ok) {
-            sink.lock().unwrap().push(line);
-        }
-    });
-    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
-    let api = loop {
-        let line = lines.next().expect("caseops printed its address").unwrap();
-        if let Some(rest) = line.strip_prefix("caseops api on ") {
-            break rest.split_whitespace().next().unwrap().to_string();
-        }
-    };
-    std::thread::spawn(move || for _ in lines {});
-    Server { child, api, stderr }
+fn serve(database: &str, extra: &[&str]) -> Served {
+    let keys = format!("{API_KEY}=tenant-demo:user:alice");
+    let mut args = vec!["--signing-key", SIGNING_KEY];
+    args.extend_from_slice(extra);
+    serve_support::serve(database, &args, &[("CASEOPS_API_KEYS", &keys)], true)
 }
 
 /// Lines logged so far once `done` holds for them, or all of them after 5 s.
-async fn logged_until(server: &Server, done: impl Fn(&[String]) -> bool) -> Vec<String> {
+async fn logged_until(server: &Served, done: impl Fn(&[String]) -> bool) -> Vec<String> {
     for _ in 0..100 {
         let lines = server.stderr.lock().unwrap().clone();
         if done(&lines) {

@@ -1,0 +1,62 @@
+//! A `caseops serve` child process for end-to-end tests: started, its API address
+//! read from its start-up line, killed when dropped.
+// Each test crate uses part of it.
+#![allow(dead_code)]
+
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+
+pub struct Served {
+    pub child: Child,
+    /// `http://host:port` of the API.
+    pub api: String,
+    /// Standard error's lines so far, when captured.
+    pub stderr: Arc<Mutex<Vec<String>>>,
+}
+
+impl Drop for Served {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// `caseops serve --database <database>` on ephemeral loopback ports, with `extra`
+/// arguments and `env`; standard error is collected into [`Served::stderr`] when
+/// `capture_stderr`, else inherited.
+pub fn serve(database: &str, extra: &[&str], env: &[(&str, &str)], capture_stderr: bool) -> Served {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_caseops"));
+    command
+        .args(["serve", "--database", database])
+        .args(["--listen", "127.0.0.1:0", "--mcp-listen", "127.0.0.1:0"])
+        .args(extra)
+        .env_remove("RUST_LOG")
+        .envs(env.iter().copied())
+        .stdout(Stdio::piped())
+        .stderr(if capture_stderr {
+            Stdio::piped()
+        } else {
+            Stdio::inherit()
+        });
+    let mut child = command.spawn().expect("caseops starts");
+    let stderr = Arc::new(Mutex::new(Vec::new()));
+    if let Some(err) = child.stderr.take() {
+        let sink = stderr.clone();
+        std::thread::spawn(move || {
+            for line in BufReader::new(err).lines().map_while(Result::ok) {
+                sink.lock().unwrap().push(line);
+            }
+        });
+    }
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let api = loop {
+        let line = lines.next().expect("caseops printed its address").unwrap();
+        if let Some(rest) = line.strip_prefix("caseops api on ") {
+            break rest.split_whitespace().next().unwrap().to_string();
+        }
+    };
+    // Keep reading so that a full pipe never blocks the server.
+    std::thread::spawn(move || for _ in lines {});
+    Served { child, api, stderr }
+}

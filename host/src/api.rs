@@ -8,6 +8,7 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
+use tracing::Instrument;
 
 use axum::Router;
 use axum::extract::{Path, State};
@@ -520,7 +521,10 @@ async fn start_run(
         .map_or_else(|| new.spec.run_id.clone(), |r| r.run_id.clone());
     let signals = state.workers.signals();
     let mut settlement = signals.watch(&expected);
-    let admitted = match tokio::spawn(admit(state.clone(), new, known)).await {
+    // Its own task (a client that gives up cannot cancel a creation half-way),
+    // still under the request's span so that the run's trace hangs from it.
+    let admitting = admit(state.clone(), new, known).in_current_span();
+    let admitted = match tokio::spawn(admitting).await {
         Ok(Ok(a)) => a,
         Ok(Err(e)) => return unavailable(e),
         Err(e) => return internal(e),
@@ -695,7 +699,12 @@ async fn ready(State(state): State<Arc<AppState>>) -> Response {
 }
 
 async fn metrics(State(state): State<Arc<AppState>>) -> Response {
-    let mut r = state.metrics.render().into_response();
+    let in_flight = state.runs.running_count().await.ok();
+    let (busy, workers) = state.workers.busy();
+    let mut r = state
+        .metrics
+        .render(in_flight, busy, workers)
+        .into_response();
     r.headers_mut().insert(
         header::CONTENT_TYPE,
         HeaderValue::from_static("text/plain; version=0.0.4"),

@@ -346,6 +346,7 @@ pub async fn serve_until_stopped(
         grace.as_secs()
     ));
     running.shutdown(grace).await;
+    crate::traces::flush().await;
     say(format!("{name}: stopped"));
     Ok(())
 }

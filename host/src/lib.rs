@@ -11,6 +11,7 @@
 //! - [`worker`]: the run workers that own, resume and hand over runs;
 //! - [`openai`]: the OpenAI Responses planner;
 //! - [`metrics`]: Prometheus text metrics;
+//! - [`traces`]: OTLP trace export and W3C trace context across the MCP hop;
 //! - [`logging`]: the log subscriber and the per-request log line.
 //!
 //! Nothing here names an application's tools, resources or reference data: a host
@@ -28,6 +29,7 @@ pub mod mcp;
 pub mod metrics;
 pub mod openai;
 pub mod store;
+pub mod traces;
 pub mod worker;
 
 /// Installs the process's TLS crypto provider (ring) once; reqwest is built without

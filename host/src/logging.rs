@@ -1,5 +1,6 @@
 //! Logs: one subscriber for every host binary, configured by `--log-level`,
-//! `--log-format` or `RUST_LOG`, and one line per HTTP request on both listeners.
+//! `--log-format` or `RUST_LOG`, and one line per HTTP request on both listeners;
+//! the same subscriber carries spans to [`crate::traces`] when traces are exported.
 //!
 //! INVARIANT: no log line holds an API key, a task token, a signing key or a
 //! database password. The request line names the tenant a key belongs to, never the
@@ -11,8 +12,13 @@ use axum::extract::{MatchedPath, Request};
 use axum::middleware::Next;
 use axum::response::Response;
 use clap::{Args, ValueEnum};
+use tracing::Instrument;
+use tracing::field::Empty;
 use tracing_subscriber::EnvFilter;
-use tracing_subscriber::filter::LevelFilter;
+use tracing_subscriber::Layer;
+use tracing_subscriber::filter::{FilterExt, LevelFilter, filter_fn};
+use tracing_subscriber::layer::SubscriberExt;
+use tracing_subscriber::util::SubscriberInitExt;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum LogFormat {
@@ -32,6 +38,10 @@ pub struct LogArgs {
     /// `text` or `json`.
     #[arg(long, env = "CASEOPS_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
     pub log_format: LogFormat,
+    /// Export traces over OTLP/HTTP (protobuf) to this collector, e.g.
+    /// `http://127.0.0.1:4318` (`/v1/traces` is added). Off when unset.
+    #[arg(long, env = "CASEOPS_OTLP_ENDPOINT")]
+    pub otlp_endpoint: Option<String>,
 }
 
 impl Default for LogArgs {
@@ -39,6 +49,7 @@ impl Default for LogArgs {
         LogArgs {
             log_level: "info".into(),
             log_format: LogFormat::Text,
+            otlp_endpoint: None,
         }
     }
 }
@@ -59,15 +70,28 @@ pub fn init(args: &LogArgs) -> Result<(), String> {
             EnvFilter::default().add_directive(level.into())
         }
     };
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
+    // The log takes events only: spans are for traces, and with no exporter no
+    // layer wants them, so none is created.
+    let filter = filter.and(filter_fn(|m| m.is_event()));
+    let fmt = tracing_subscriber::fmt::layer()
         .with_writer(std::io::stderr)
         .with_target(false);
-    // Err only when a subscriber is already installed (tests start hosts in-process).
-    let _ = match args.log_format {
-        LogFormat::Text => builder.try_init(),
-        LogFormat::Json => builder.json().flatten_event(true).try_init(),
+    let fmt = match args.log_format {
+        LogFormat::Text => fmt.with_filter(filter).boxed(),
+        LogFormat::Json => fmt.json().flatten_event(true).with_filter(filter).boxed(),
     };
+    let traces =
+        match &args.otlp_endpoint {
+            Some(endpoint) => Some(crate::traces::layer(endpoint, "caseops")?.with_filter(
+                filter_fn(|m| m.is_span() && m.target().starts_with("caseops")),
+            )),
+            None => None,
+        };
+    // Err only when a subscriber is already installed (tests start hosts in-process).
+    let _ = tracing_subscriber::registry()
+        .with(traces)
+        .with(fmt)
+        .try_init();
     Ok(())
 }
 
@@ -92,7 +116,24 @@ pub async fn request_line(listener: &'static str, request: Request, next: Next) 
         .and_then(|v| v.to_str().ok())
         .filter(|v| v.len() <= 200)
         .map(str::to_string);
-    let response = next.run(request).await;
+    let span = tracing::info_span!(
+        "request",
+        otel.name = format!("{method} {route}"),
+        otel.kind = "server",
+        http.request.method = %method,
+        http.route = %route,
+        http.response.status_code = Empty,
+        caseops.listener = listener,
+    );
+    if let Some(parent) = request
+        .headers()
+        .get("traceparent")
+        .and_then(|v| v.to_str().ok())
+    {
+        crate::traces::set_parent(&span, parent);
+    }
+    let response = next.run(request).instrument(span.clone()).await;
+    span.record("http.response.status_code", response.status().as_u16());
     let tenant = response
         .extensions()
         .get::<LogTenant>()

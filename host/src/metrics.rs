@@ -1,121 +1,182 @@
-//! The service's counters, exposed as Prometheus text at `/metrics`.
+//! The host's metrics, recorded through the `metrics` facade and exposed as
+//! Prometheus text at `/metrics`. The runtime records its own (tool calls,
+//! planner rounds, authorization decisions, retries: `caseops_runtime::telemetry`)
+//! into the same recorder.
 
-use std::collections::HashMap;
-use std::sync::Mutex;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::OnceLock;
+use std::time::Duration;
 
-use caseops_runtime::{LedgerRow, Outcome};
+use caseops_runtime::Outcome;
+use caseops_runtime::telemetry::names as runtime;
+use metrics::{
+    Unit, counter, describe_counter, describe_gauge, describe_histogram, gauge, histogram,
+};
+use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
 
-#[derive(Debug, Default)]
+const RUNS_STARTED: &str = "caseops_runs_started_total";
+const RUNS_REPLAYED: &str = "caseops_runs_replayed_total";
+const REQUESTS_ASYNC: &str = "caseops_run_requests_async_total";
+const RUN_REQUEST_DURATION: &str = "caseops_run_request_duration_seconds";
+const RUNS_FINISHED: &str = "caseops_runs_finished_total";
+const RUN_DURATION: &str = "caseops_run_duration_seconds";
+const RUN_STEPS: &str = "caseops_run_steps_total";
+const RECOVERIES: &str = "caseops_run_recoveries_total";
+const LEASE_TAKEOVERS: &str = "caseops_lease_takeovers_total";
+const COMMIT_DURATION: &str = "caseops_commit_duration_seconds";
+const RUNS_IN_FLIGHT: &str = "caseops_runs_in_flight";
+const WORKERS_BUSY: &str = "caseops_workers_busy";
+const WORKERS: &str = "caseops_workers";
+
+/// Bucket bounds in seconds, from a fast tool call (0.1 ms) to a long run (2 min).
+const BUCKETS: &[f64] = &[
+    0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5,
+    5.0, 10.0, 30.0, 60.0, 120.0,
+];
+
+/// The process's one recorder: the first host installs it, later ones (tests
+/// that start several hosts in one process) share it.
+static RECORDER: OnceLock<Option<PrometheusHandle>> = OnceLock::new();
+
+fn install() -> Option<PrometheusHandle> {
+    RECORDER
+        .get_or_init(|| {
+            let recorder = PrometheusBuilder::new()
+                .set_buckets(BUCKETS)
+                .ok()?
+                .build_recorder();
+            let handle = recorder.handle();
+            // Another recorder installed by an embedding program wins; `/metrics`
+            // then says so instead of showing an empty page.
+            metrics::set_global_recorder(recorder).ok()?;
+            describe();
+            Some(handle)
+        })
+        .clone()
+}
+
+fn describe() {
+    describe_counter!(RUNS_STARTED, "Agent runs created.");
+    describe_counter!(RUNS_REPLAYED, "Run requests answered from an existing run.");
+    describe_counter!(
+        REQUESTS_ASYNC,
+        "Run requests answered 202 before their run finished."
+    );
+    describe_histogram!(
+        RUN_REQUEST_DURATION,
+        Unit::Seconds,
+        "Time to answer a run request."
+    );
+    describe_counter!(
+        RUNS_FINISHED,
+        "Runs finished by this process, by status and stop reason."
+    );
+    describe_histogram!(
+        RUN_DURATION,
+        Unit::Seconds,
+        "From a run's creation to its end, by status."
+    );
+    describe_counter!(RUN_STEPS, "Tool steps of runs finished by this process.");
+    describe_counter!(
+        RECOVERIES,
+        "Runs this process resumed from a committed checkpoint."
+    );
+    describe_counter!(
+        LEASE_TAKEOVERS,
+        "Runs claimed after another process's lease expired."
+    );
+    describe_histogram!(
+        COMMIT_DURATION,
+        Unit::Seconds,
+        "One run commit, by database backend."
+    );
+    describe_gauge!(
+        RUNS_IN_FLIGHT,
+        "Runs not yet finished in the database (all replicas)."
+    );
+    describe_gauge!(WORKERS_BUSY, "Run drivers busy in this process.");
+    describe_gauge!(WORKERS, "Run drivers this process may run at once.");
+    describe_histogram!(
+        runtime::TOOL_CALL_DURATION,
+        Unit::Seconds,
+        "One tool call with its retries, by tool and outcome."
+    );
+    describe_histogram!(
+        runtime::PLANNER_DURATION,
+        Unit::Seconds,
+        "One planner round, by outcome."
+    );
+    describe_counter!(
+        runtime::AUTHORIZATION_DECISIONS,
+        "Authorization decisions by tool, decision and reason."
+    );
+    describe_counter!(
+        runtime::RETRIES,
+        "Tool attempts repeated after a transient error, by tool and error class."
+    );
+}
+
+/// The host's view of the recorder: what it counts and how it renders.
+#[derive(Debug, Clone)]
 pub struct Metrics {
-    runs_started: AtomicU64,
-    runs_replayed: AtomicU64,
-    runs_by_status: Mutex<HashMap<String, u64>>,
-    /// `(tool, outcome)` → count, from the ledgers of finished runs.
-    tool_calls: Mutex<HashMap<(String, String), u64>>,
-    steps: AtomicU64,
-    run_latency_ms_sum: AtomicU64,
-    requests_answered_async: AtomicU64,
+    handle: Option<PrometheusHandle>,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self { handle: install() }
+    }
 }
 
 impl Metrics {
     pub fn run_started(&self) {
-        self.runs_started.fetch_add(1, Ordering::Relaxed);
+        counter!(RUNS_STARTED).increment(1);
     }
 
     pub fn run_replayed(&self) {
-        self.runs_replayed.fetch_add(1, Ordering::Relaxed);
+        counter!(RUNS_REPLAYED).increment(1);
     }
 
     /// A request answered 202 before its run finished.
     pub fn answered_async(&self) {
-        self.requests_answered_async.fetch_add(1, Ordering::Relaxed);
+        counter!(REQUESTS_ASYNC).increment(1);
     }
 
-    pub fn request_served(&self, elapsed: std::time::Duration) {
-        self.run_latency_ms_sum
-            .fetch_add(elapsed.as_millis() as u64, Ordering::Relaxed);
+    pub fn request_served(&self, elapsed: Duration) {
+        histogram!(RUN_REQUEST_DURATION).record(elapsed);
     }
 
-    /// A run this process drove reached its end.
-    pub fn run_finished(&self, outcome: &Outcome, ledger: &[LedgerRow]) {
-        self.steps
-            .fetch_add(u64::from(outcome.step_count), Ordering::Relaxed);
-        *self
-            .runs_by_status
-            .lock()
-            .expect("metrics lock")
-            .entry(outcome.status.clone())
-            .or_default() += 1;
-        let mut calls = self.tool_calls.lock().expect("metrics lock");
-        for row in ledger {
-            *calls
-                .entry((row.tool_name.clone(), row.status.as_str().to_string()))
-                .or_default() += 1;
-        }
+    /// A run this process drove reached its end, `lasted` after it was created.
+    pub fn run_finished(&self, outcome: &Outcome, lasted: Duration) {
+        counter!(RUN_STEPS).increment(u64::from(outcome.step_count));
+        let reason = outcome.stop_reason.clone().unwrap_or_else(|| "none".into());
+        counter!(RUNS_FINISHED, "status" => outcome.status.clone(), "stop_reason" => reason)
+            .increment(1);
+        histogram!(RUN_DURATION, "status" => outcome.status.clone()).record(lasted);
     }
 
-    /// The Prometheus text exposition (format 0.0.4).
-    pub fn render(&self) -> String {
-        let mut out = String::new();
-        let mut counter = |name: &str, help: &str, value: u64| {
-            out.push_str(&format!(
-                "# HELP {name} {help}\n# TYPE {name} counter\n{name} {value}\n"
-            ));
+    pub fn run_recovered(&self) {
+        counter!(RECOVERIES).increment(1);
+    }
+
+    /// The Prometheus text exposition (format 0.0.4), with the gauges read now.
+    pub fn render(&self, in_flight: Option<u64>, workers_busy: usize, workers: usize) -> String {
+        let Some(handle) = &self.handle else {
+            return "# another metrics recorder is installed in this process\n".into();
         };
-        counter(
-            "caseops_runs_started_total",
-            "Agent runs created.",
-            self.runs_started.load(Ordering::Relaxed),
-        );
-        counter(
-            "caseops_runs_replayed_total",
-            "Requests answered from an existing run.",
-            self.runs_replayed.load(Ordering::Relaxed),
-        );
-        counter(
-            "caseops_run_requests_async_total",
-            "Run requests answered 202 before their run finished.",
-            self.requests_answered_async.load(Ordering::Relaxed),
-        );
-        counter(
-            "caseops_run_steps_total",
-            "Tool steps of runs finished by this process.",
-            self.steps.load(Ordering::Relaxed),
-        );
-        counter(
-            "caseops_run_latency_ms_sum",
-            "Milliseconds spent serving run requests.",
-            self.run_latency_ms_sum.load(Ordering::Relaxed),
-        );
-        out.push_str("# HELP caseops_runs_finished_total Runs finished by this process, by terminal status.\n# TYPE caseops_runs_finished_total counter\n");
-        let mut by: Vec<(String, u64)> = self
-            .runs_by_status
-            .lock()
-            .expect("metrics lock")
-            .iter()
-            .map(|(k, v)| (k.clone(), *v))
-            .collect();
-        by.sort();
-        for (status, n) in by {
-            out.push_str(&format!(
-                "caseops_runs_finished_total{{status=\"{status}\"}} {n}\n"
-            ));
+        if let Some(n) = in_flight {
+            gauge!(RUNS_IN_FLIGHT).set(n as f64);
         }
-        out.push_str("# HELP caseops_tool_calls_total Tool calls by tool and outcome.\n# TYPE caseops_tool_calls_total counter\n");
-        let mut calls: Vec<((String, String), u64)> = self
-            .tool_calls
-            .lock()
-            .expect("metrics lock")
-            .iter()
-            .map(|(k, v)| (k.clone(), *v))
-            .collect();
-        calls.sort();
-        for ((tool, outcome), n) in calls {
-            out.push_str(&format!(
-                "caseops_tool_calls_total{{tool=\"{tool}\",outcome=\"{outcome}\"}} {n}\n"
-            ));
-        }
-        out
+        gauge!(WORKERS_BUSY).set(workers_busy as f64);
+        gauge!(WORKERS).set(workers as f64);
+        handle.render()
     }
+}
+
+/// The store's measurements (it holds no [`Metrics`]: the recorder is global).
+pub(crate) fn leases_taken_over(n: u64) {
+    counter!(LEASE_TAKEOVERS).increment(n);
+}
+
+pub(crate) fn committed(backend: &'static str, elapsed: Duration) {
+    histogram!(COMMIT_DURATION, "backend" => backend).record(elapsed);
 }

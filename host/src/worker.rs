@@ -25,11 +25,12 @@ use tokio::sync::Semaphore;
 use tokio::task::AbortHandle;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
+use tracing::Instrument;
 
 use crate::mcp::client::McpClient;
 use crate::metrics::Metrics;
-use crate::store::DbError;
 use crate::store::runs::{RunRecord, RunSignals, Settlement, SqlRunStore};
+use crate::store::{DbError, now_ms};
 
 /// After a driver fails for a reason other than a lost lease (the database went
 /// away mid-run, say), the run is released for a retry this much later.
@@ -62,6 +63,8 @@ pub trait DriveRuns: Send + Sync + 'static {
     ) -> Driving<'a>;
     /// Checks that the tool server lists exactly the compiled tools.
     fn check_tools(&self) -> Pin<Box<dyn Future<Output = Result<(), String>> + Send + '_>>;
+    /// The agent's name (spans name it).
+    fn agent(&self) -> &'static str;
 }
 
 /// What runs of bundle `B` are driven with.
@@ -110,6 +113,10 @@ impl<B: ContractBundle, P: Planner + 'static> DriveRuns for Driver<B, P> {
                 .map_err(|e| e.to_string())
         })
     }
+
+    fn agent(&self) -> &'static str {
+        B::AGENT
+    }
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -146,6 +153,7 @@ pub struct Workers {
     runs: SqlRunStore,
     metrics: Arc<Metrics>,
     slots: Arc<Semaphore>,
+    workers: usize,
     tracker: TaskTracker,
     /// Drivers hand their runs over at their next step boundary once this is set.
     interrupt: Arc<AtomicBool>,
@@ -180,6 +188,7 @@ impl Workers {
             runs,
             metrics,
             slots: Arc::new(Semaphore::new(config.workers)),
+            workers: config.workers,
             tracker: TaskTracker::new(),
             interrupt: Arc::new(AtomicBool::new(false)),
             stopping: CancellationToken::new(),
@@ -273,12 +282,27 @@ impl Workers {
         local.insert(run_id.to_string(), None);
         let me = self.clone();
         let id = run_id.to_string();
-        let handle = self.tracker.spawn(async move {
-            me.drive(&id, fresh).await;
-            me.local.lock().expect("worker table").remove(&id);
-            drop(permit);
-            me.signals.settled(&id);
-        });
+        // A run started by a request is a child of the request's span (and so of
+        // its `traceparent`); a run claimed by the loop starts a trace of its own.
+        let span = tracing::info_span!(
+            parent: &tracing::Span::current(),
+            "invoke_agent",
+            otel.name = format!("invoke_agent {}", self.driver.agent()),
+            gen_ai.operation.name = "invoke_agent",
+            gen_ai.agent.name = self.driver.agent(),
+            caseops.run.id = run_id,
+            caseops.run.resumed = fresh.is_none(),
+            caseops.run.status = tracing::field::Empty,
+        );
+        let handle = self.tracker.spawn(
+            async move {
+                me.drive(&id, fresh).await;
+                me.local.lock().expect("worker table").remove(&id);
+                drop(permit);
+                me.signals.settled(&id);
+            }
+            .instrument(span),
+        );
         // INVARIANT: the entry is still ours: the task removes it only after it
         // takes this same lock, which we hold.
         local.insert(run_id.to_string(), Some(handle.abort_handle()));
@@ -287,12 +311,17 @@ impl Workers {
 
     async fn drive(&self, run_id: &str, fresh: Option<RunSpec>) {
         let (d, runs) = (&*self.driver, &self.runs);
+        let began = std::time::Instant::now();
+        let is_fresh = fresh.is_some();
         let start = |spec: RunSpec| d.start(spec, runs, &self.interrupt);
         let work = async {
             if let Some(spec) = fresh {
                 return start(spec).await;
             }
             let resumed = d.resume(run_id, runs, &self.interrupt).await;
+            if !matches!(resumed, Err(RuntimeError::NotFound(_))) {
+                self.metrics.run_recovered();
+            }
             match resumed {
                 // Never committed a checkpoint: it starts from the beginning with
                 // the spec recorded when it was created.
@@ -307,7 +336,10 @@ impl Workers {
             }
         };
         match runs.while_leased(run_id, work).await {
-            Some(Ok(outcome)) => self.finished(&outcome).await,
+            Some(Ok(outcome)) => {
+                self.finished(&outcome, is_fresh.then(|| began.elapsed()))
+                    .await
+            }
             Some(Err(RuntimeError::Interrupted(_))) => {
                 if let Err(e) = runs.release(run_id, 0).await {
                     tracing::warn!(
@@ -324,16 +356,26 @@ impl Workers {
         }
     }
 
-    async fn finished(&self, outcome: &Outcome) {
-        let runs = &self.runs;
-        let ledger = match runs.record(&outcome.run_id).await {
-            Ok(Some(r)) => runs
-                .ledger(&r.tenant_id, &r.run_id)
-                .await
-                .unwrap_or_default(),
-            _ => Vec::new(),
+    /// Counts a finished run; `lasted` is known for a run this process created
+    /// (it began here), otherwise read from the run's creation time.
+    async fn finished(&self, outcome: &Outcome, lasted: Option<Duration>) {
+        tracing::Span::current().record("caseops.run.status", outcome.status.as_str());
+        let lasted = match lasted {
+            Some(d) => d,
+            None => match self.runs.record(&outcome.run_id).await {
+                Ok(Some(r)) => {
+                    Duration::from_millis(now_ms().saturating_sub(r.created_at).max(0) as u64)
+                }
+                _ => Duration::ZERO,
+            },
         };
-        self.metrics.run_finished(outcome, &ledger);
+        self.metrics.run_finished(outcome, lasted);
+    }
+
+    /// Run drivers busy now, and how many may run at once.
+    pub fn busy(&self) -> (usize, usize) {
+        let available = self.slots.available_permits();
+        (self.workers.saturating_sub(available), self.workers)
     }
 
     /// Claims due runs while workers are free, every `claim_every`, until stopped.

@@ -6,6 +6,7 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
+use tracing::Instrument;
 
 use crate::authorization::{Authorization, AuthzDecision, AuthzLoadError, Principal};
 use crate::bundle::ContractBundle;
@@ -25,6 +26,7 @@ use crate::run::{CallStatus, Checkpoint, LedgerRow, Outcome, RunSpec, reasons};
 use crate::state::RunStateEnum;
 use crate::state_update::Controls;
 use crate::store::{Batch, CommitPoint, RunStore, StoreError};
+use crate::telemetry;
 use crate::validation::{SchemaError, Validators};
 
 /// Why the runtime could not drive a run at all (the run itself records every
@@ -766,7 +768,14 @@ impl<B: ContractBundle> Engine<B> {
             self.commit(run, CommitPoint::BeforePlanner, store).await?;
         }
         let view = self.view(run);
-        let raw = match planner.propose(&view).await {
+        let span = telemetry::planner_span(&run.spec.run_id, run.machine.sequence());
+        let started = std::time::Instant::now();
+        let proposed = async {
+            let proposed = planner.propose(&view).await;
+            telemetry::planner_round(started.elapsed(), proposed.is_ok());
+            proposed
+        };
+        let raw = match proposed.instrument(span).await {
             Ok(raw) => raw,
             Err(_) => {
                 return self
@@ -824,9 +833,28 @@ impl<B: ContractBundle> Engine<B> {
                 .await;
         }
 
-        let now = self.now();
         let id = format!("{}:{}", run.spec.run_id, run.machine.sequence() + 1);
         let fingerprint = action_fingerprint(tool.name, &arguments);
+        let span = telemetry::tool_span(tool.name, &id, &fingerprint, tool.risk.as_str());
+        self.tool_step(run, tool, arguments, id, fingerprint, executor, store)
+            .instrument(span)
+            .await
+    }
+
+    /// One proposed tool call, from its checks to its normalized result: returns
+    /// the outcome when the run ended.
+    #[allow(clippy::too_many_arguments)]
+    async fn tool_step<E: Executor, St: RunStore>(
+        &self,
+        run: &mut Run<B::State>,
+        tool: &'static ToolContract,
+        arguments: Value,
+        id: String,
+        fingerprint: String,
+        executor: &E,
+        store: &St,
+    ) -> Result<Option<Outcome>, RuntimeError> {
+        let now = self.now();
         let mut row = self.new_row(run, tool, &id, &arguments, &fingerprint);
         run.pending = Some(Pending { row: row.clone() });
         run.record(row.clone());
@@ -837,6 +865,7 @@ impl<B: ContractBundle> Engine<B> {
                     status: CallStatus,
                     class: &str,
                     code: &str| {
+            telemetry::tool_refused(class);
             row.status = status;
             row.error_class = Some(class.to_string());
             row.error_code = Some(code.to_string());
@@ -874,18 +903,20 @@ impl<B: ContractBundle> Engine<B> {
             None => AuthzDecision::unevaluable("the run's entities could not be built".into()),
         };
         if let AuthzDecision::Deny { reason, .. } = decision {
+            telemetry::authorization(tool.name, Some(&reason));
             deny(run, row, CallStatus::Denied, "authorization", &reason);
             return self.stop(run, "needs_human", &reason, store).await;
         }
-        if capability_filter::hidden_because(
+        let hidden = capability_filter::hidden_because(
             &run.spec,
             &run.stage,
             tool,
             &run.controls.succeeded_tools(),
             &self.health,
         )
-        .is_some()
-        {
+        .is_some();
+        telemetry::authorization(tool.name, hidden.then_some(reasons::TOOL_NOT_VISIBLE));
+        if hidden {
             deny(
                 run,
                 row,
@@ -911,9 +942,15 @@ impl<B: ContractBundle> Engine<B> {
             .await?;
 
         let call = self.tool_call(run, tool, &id, arguments.clone());
+        let started = std::time::Instant::now();
         let executed = execution::execute(executor, call.clone(), &self.budgets).await;
         row.attempt_count = executed.attempts;
         let now = self.now();
+        let class = match &executed.result {
+            Ok(_) => "ok",
+            Err(e) => e.class(),
+        };
+        telemetry::tool_call(tool.name, class, executed.attempts, started.elapsed());
         match executed.result {
             Ok(result) => match normalize(&self.validators, tool, &id, &arguments, result) {
                 Ok(obs) => {

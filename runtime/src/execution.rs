@@ -161,6 +161,7 @@ pub async fn execute<E: Executor>(executor: &E, mut call: ToolCall, budgets: &Bu
                 attempts: attempt,
             };
         }
+        crate::telemetry::retry(tool.name, "transient");
         tokio::time::sleep(backoff_delay(tool, &call.tool_call_id, attempt)).await;
         attempt += 1;
     }

@@ -11,7 +11,8 @@
 //! [`execution`] → [`normalization`] (results) → [`state_update`] (budgets, stop).
 //! A final answer is accepted by [`conclusion`] (grounded evidence, domain rules).
 //! [`engine`] drives them through the [`machine`]; [`context`] builds what a planner
-//! sees; [`store`] makes runs durable.
+//! sees; [`store`] makes runs durable; [`telemetry`] names the spans and metrics a
+//! run reports.
 
 pub mod authorization;
 pub mod bundle;
@@ -32,6 +33,7 @@ pub mod run;
 pub mod state;
 pub mod state_update;
 pub mod store;
+pub mod telemetry;
 pub mod validation;
 
 pub use bundle::ContractBundle;

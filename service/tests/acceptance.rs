@@ -199,7 +199,9 @@ async fn the_c102_acceptance_run_meets_every_figure_on_every_backend() {
             .await
             .unwrap();
         assert!(
-            metrics.contains("caseops_runs_finished_total{status=\"completed\"} 1"),
+            metrics.contains(
+                "caseops_runs_finished_total{status=\"completed\",stop_reason=\"none\"} 1"
+            ),
             "{metrics}"
         );
         let ready: Value = reqwest::get(format!("{}/health/ready", s.api))

@@ -174,6 +174,9 @@ impl<B: ContractBundle> McpClient<B> {
         if let Some(v) = version {
             req = req.header("mcp-protocol-version", v);
         }
+        if let Some(parent) = crate::traces::traceparent() {
+            req = req.header("traceparent", parent);
+        }
         let resp = req.send().await.map_err(|e| transient(e.to_string()))?;
         let status = resp.status();
         let is_sse = resp
@@ -380,13 +383,11 @@ pub fn compare_listings(compiled: &[Value], served: &[Value]) -> Result<(), Read
 impl<B: ContractBundle> Executor for McpClient<B> {
     async fn execute(&self, call: &ToolCall) -> Result<Value, ExecError> {
         let token = self.token_for(&call.context)?;
-        let result = self
-            .request(
-                &token,
-                "tools/call",
-                json!({ "name": call.tool.name, "arguments": call.arguments }),
-            )
-            .await?;
+        let mut params = json!({ "name": call.tool.name, "arguments": call.arguments });
+        if let Some(parent) = crate::traces::traceparent() {
+            params["_meta"] = json!({ "traceparent": parent });
+        }
+        let result = self.request(&token, "tools/call", params).await?;
         if result["isError"] == json!(true) {
             let s = &result["structuredContent"];
             let code = s["code"].as_str().unwrap_or("TOOL_ERROR").to_string();

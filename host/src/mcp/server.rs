@@ -5,6 +5,7 @@
 use std::collections::HashMap;
 use std::marker::PhantomData;
 use std::sync::{Arc, Mutex};
+use tracing::Instrument;
 
 use axum::Router;
 use axum::extract::{DefaultBodyLimit, State};
@@ -616,6 +617,29 @@ async fn mcp<B: ContractBundle, D: ToolDispatch + 'static>(
 }
 
 /// An MCP request from a task-token holder.
+/// The server's span of one `tools/call`, under the caller's span: the request's
+/// (HTTP `traceparent`), or the one named in `params._meta.traceparent`.
+fn call_span(id: &Value, params: &serde_json::Map<String, Value>) -> tracing::Span {
+    let tool = params.get("name").and_then(Value::as_str).unwrap_or("");
+    let span = tracing::info_span!(
+        "tools/call",
+        otel.name = format!("tools/call {tool}"),
+        otel.kind = "server",
+        mcp.method.name = "tools/call",
+        gen_ai.operation.name = "execute_tool",
+        gen_ai.tool.name = tool,
+        jsonrpc.request.id = %id,
+    );
+    if let Some(parent) = params
+        .get("_meta")
+        .and_then(|m| m.get("traceparent"))
+        .and_then(Value::as_str)
+    {
+        crate::traces::set_parent(&span, parent);
+    }
+    span
+}
+
 async fn authenticated<B: ContractBundle, D: ToolDispatch + 'static>(
     s: &McpServer<B, D>,
     claims: &TaskClaims,
@@ -692,7 +716,11 @@ async fn authenticated<B: ContractBundle, D: ToolDispatch + 'static>(
         }
         "ping" => Ok(json!({})),
         "tools/list" => s.list(claims, &params),
-        "tools/call" => match s.call(claims, &params).await {
+        "tools/call" => match s
+            .call(claims, &params)
+            .instrument(call_span(&id, &params))
+            .await
+        {
             Ok(v) => Ok(v),
             Err(CallFailure::Scope(scope)) => return s.insufficient_scope(&scope),
             Err(CallFailure::Protocol(code, message)) => Err((code, message)),

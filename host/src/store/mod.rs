@@ -21,6 +21,16 @@ pub enum Dialect {
     Postgres,
 }
 
+impl Dialect {
+    /// The backend's name in metrics and spans.
+    pub fn name(self) -> &'static str {
+        match self {
+            Dialect::Sqlite => "sqlite",
+            Dialect::Postgres => "postgresql",
+        }
+    }
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum DbError {
     #[error("cannot open database `{url}`: {message}")]

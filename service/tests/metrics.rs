@@ -170,3 +170,83 @@ async fn a_c102_run_on_postgresql_measures_commits_under_its_backend() {
     let text = run_c102_and_scrape(pg).await;
     assert_c102_measured(&text, "postgresql");
 }
+
+/// A stand-in for the Responses API whose model always asks for another case.
+async fn model_asking_for_another_case() -> String {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let app = axum::Router::new().route(
+        "/v1/responses",
+        axum::routing::post(|| async {
+            let arguments = json!({"case_id": "C-101"}).to_string();
+            axum::Json(json!({"output": [{"type": "function_call", "call_id": "c",
+                "name": "caseops_get_case_snapshot", "arguments": arguments}]}))
+        }),
+    );
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    format!("http://{addr}/v1")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_denied_call_is_counted_by_tool_decision_and_reason_and_ends_the_run_with_it() {
+    let dbs = db_support::fresh_databases("metrics_deny").await;
+    let model = model_asking_for_another_case().await;
+    let server = serve_support::serve(
+        dbs.sqlite(),
+        &["--planner", "openai", "--openai-base-url", &model],
+        &[("CASEOPS_OPENAI_API_KEY", "sk-test-metrics")],
+        false,
+    );
+    let http = reqwest::Client::new();
+    let run: Value = http
+        .post(format!("{}/v1/cases/C-102/agent-runs", server.api))
+        .header("x-api-key", "dev-key-tenant-demo")
+        .header("idempotency-key", "metrics-deny-0001")
+        .json(&json!({"goal": "Check C-102."}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(run["status"], "needs_human", "{run}");
+    assert_eq!(run["stop_reason"], "TOOL_RESOURCE_MISMATCH", "{run}");
+    let text = http
+        .get(format!("{}/metrics", server.api))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert_eq!(
+        sample(
+            &text,
+            "caseops_authorization_decisions_total{tool=\"caseops_get_case_snapshot\",decision=\"deny\",reason=\"TOOL_RESOURCE_MISMATCH\"}"
+        ),
+        Some(1.0),
+        "{text}"
+    );
+    assert!(!text.contains("decision=\"allow\""), "{text}");
+    assert_eq!(
+        sample(
+            &text,
+            "caseops_runs_finished_total{status=\"needs_human\",stop_reason=\"TOOL_RESOURCE_MISMATCH\"}"
+        ),
+        Some(1.0),
+        "{text}"
+    );
+    // The call never ran: no tool latency was recorded for it.
+    assert!(
+        !text.contains("caseops_tool_call_duration_seconds_count"),
+        "{text}"
+    );
+    assert_eq!(
+        sample(
+            &text,
+            "caseops_planner_duration_seconds_count{outcome=\"ok\"}"
+        ),
+        Some(1.0),
+        "{text}"
+    );
+}

@@ -39,7 +39,8 @@ pub struct LogArgs {
     #[arg(long, env = "CASEOPS_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
     pub log_format: LogFormat,
     /// Export traces over OTLP/HTTP (protobuf) to this collector, e.g.
-    /// `http://127.0.0.1:4318` (`/v1/traces` is added). Off when unset.
+    /// `http://127.0.0.1:4318` (`/v1/traces` is added). Unset: the standard
+    /// `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT` or `OTEL_EXPORTER_OTLP_ENDPOINT`, else off.
     #[arg(long, env = "CASEOPS_OTLP_ENDPOINT")]
     pub otlp_endpoint: Option<String>,
 }
@@ -80,8 +81,14 @@ pub fn init(args: &LogArgs) -> Result<(), String> {
         LogFormat::Text => fmt.with_filter(filter).boxed(),
         LogFormat::Json => fmt.json().flatten_event(true).with_filter(filter).boxed(),
     };
+    let env = |name: &str| std::env::var(name).ok();
+    let endpoint = crate::traces::endpoint(
+        args.otlp_endpoint.as_deref(),
+        env("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT").as_deref(),
+        env("OTEL_EXPORTER_OTLP_ENDPOINT").as_deref(),
+    );
     let traces =
-        match &args.otlp_endpoint {
+        match &endpoint {
             Some(endpoint) => Some(crate::traces::layer(endpoint, "caseops")?.with_filter(
                 filter_fn(|m| m.is_span() && m.target().starts_with("caseops")),
             )),

@@ -39,6 +39,23 @@ fn traces_url(endpoint: &str) -> Result<String, String> {
     })
 }
 
+/// Where traces go: `--otlp-endpoint` (or `CASEOPS_OTLP_ENDPOINT`), else the
+/// OpenTelemetry variables an operator may already set for every service,
+/// `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT` (a full URL) then
+/// `OTEL_EXPORTER_OTLP_ENDPOINT` (a base URL); none of them means no export.
+pub fn endpoint(
+    flag: Option<&str>,
+    traces_env: Option<&str>,
+    base_env: Option<&str>,
+) -> Option<String> {
+    [flag, traces_env, base_env]
+        .into_iter()
+        .flatten()
+        .map(str::trim)
+        .find(|e| !e.is_empty())
+        .map(str::to_string)
+}
+
 /// The layer that turns the process's spans into OpenTelemetry spans exported to
 /// `endpoint`, as service `service`.
 pub fn layer<S>(
@@ -58,10 +75,16 @@ where
             .with_endpoint(url)
             .build()
             .map_err(|e| format!("the OTLP exporter cannot start: {e}"))?;
+        // The SDK reads OTEL_SERVICE_NAME and OTEL_RESOURCE_ATTRIBUTES; our name
+        // is only the default, so replicas can be told apart.
+        let mut resource = Resource::builder();
+        if std::env::var_os("OTEL_SERVICE_NAME").is_none() {
+            resource = resource.with_service_name(service);
+        }
         Ok::<_, String>(
             SdkTracerProvider::builder()
                 .with_batch_exporter(exporter)
-                .with_resource(Resource::builder().with_service_name(service).build())
+                .with_resource(resource.build())
                 .build(),
         )
     })
@@ -108,6 +131,28 @@ pub fn set_parent(span: &Span, traceparent: &str) {
 #[cfg(test)]
 mod tests {
     use super::traces_url;
+
+    #[test]
+    fn the_flag_wins_over_the_opentelemetry_variables_and_empty_ones_are_unset() {
+        use super::endpoint;
+        assert_eq!(
+            endpoint(
+                Some("http://a:4318"),
+                Some("http://b/v1/traces"),
+                Some("http://c")
+            ),
+            Some("http://a:4318".into())
+        );
+        assert_eq!(
+            endpoint(None, Some("http://b/v1/traces"), Some("http://c")),
+            Some("http://b/v1/traces".into())
+        );
+        assert_eq!(
+            endpoint(None, Some(" "), Some("http://c")),
+            Some("http://c".into())
+        );
+        assert_eq!(endpoint(None, None, None), None);
+    }
 
     #[test]
     fn a_collector_base_url_gets_the_traces_path_and_a_full_one_is_kept() {

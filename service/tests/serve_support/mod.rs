@@ -32,6 +32,8 @@ pub fn serve(database: &str, extra: &[&str], env: &[(&str, &str)], capture_stder
         .args(["--listen", "127.0.0.1:0", "--mcp-listen", "127.0.0.1:0"])
         .args(extra)
         .env_remove("RUST_LOG")
+        .env_remove("OTEL_EXPORTER_OTLP_ENDPOINT")
+        .env_remove("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
         .envs(env.iter().copied())
         .stdout(Stdio::piped())
         .stderr(if capture_stderr {

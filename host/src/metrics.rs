@@ -33,6 +33,9 @@ const BUCKETS: &[f64] = &[
     5.0, 10.0, 30.0, 60.0, 120.0,
 ];
 
+/// How often queued histogram samples are folded into their buckets.
+const UPKEEP_EVERY: Duration = Duration::from_secs(2);
+
 /// The process's one recorder: the first host installs it, later ones (tests
 /// that start several hosts in one process) share it.
 static RECORDER: OnceLock<Option<PrometheusHandle>> = OnceLock::new();
@@ -49,6 +52,18 @@ fn install() -> Option<PrometheusHandle> {
             // then says so instead of showing an empty page.
             metrics::set_global_recorder(recorder).ok()?;
             describe();
+            // Histogram samples wait in a queue until they are folded into their
+            // buckets; without a scrape that queue grows with every run (3.6 MB over
+            // 10,000 runs in service/tests/memory.rs), so fold them every few seconds.
+            let upkeep = handle.clone();
+            let _ = std::thread::Builder::new()
+                .name("caseops-metrics-upkeep".into())
+                .spawn(move || {
+                    loop {
+                        std::thread::sleep(UPKEEP_EVERY);
+                        upkeep.run_upkeep();
+                    }
+                });
             Some(handle)
         })
         .clone()

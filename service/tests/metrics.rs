@@ -9,7 +9,7 @@ mod serve_support;
 use std::io::Write;
 use std::process::{Command, Stdio};
 
-use serde_json::{Value, json};
+use serde_json::json;
 
 /// The value of the sample `name{labels}` (labels exactly as rendered).
 fn sample(text: &str, series: &str) -> Option<f64> {
@@ -19,20 +19,9 @@ fn sample(text: &str, series: &str) -> Option<f64> {
 
 async fn run_c102_and_scrape(database: &str) -> String {
     let server = serve_support::serve(database, &[], &[], false);
-    let http = reqwest::Client::new();
-    let run: Value = http
-        .post(format!("{}/v1/cases/C-102/agent-runs", server.api))
-        .header("x-api-key", "dev-key-tenant-demo")
-        .header("idempotency-key", "metrics-0001")
-        .json(&json!({"goal": "Check C-102."}))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let run = server.start_c102("metrics-0001", &[]).await;
     assert_eq!(run["status"], "completed", "{run}");
-    let response = http
+    let response = reqwest::Client::new()
         .get(format!("{}/metrics", server.api))
         .send()
         .await
@@ -197,21 +186,10 @@ async fn a_denied_call_is_counted_by_tool_decision_and_reason_and_ends_the_run_w
         &[("CASEOPS_OPENAI_API_KEY", "sk-test-metrics")],
         false,
     );
-    let http = reqwest::Client::new();
-    let run: Value = http
-        .post(format!("{}/v1/cases/C-102/agent-runs", server.api))
-        .header("x-api-key", "dev-key-tenant-demo")
-        .header("idempotency-key", "metrics-deny-0001")
-        .json(&json!({"goal": "Check C-102."}))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let run = server.start_c102("metrics-deny-0001", &[]).await;
     assert_eq!(run["status"], "needs_human", "{run}");
     assert_eq!(run["stop_reason"], "TOOL_RESOURCE_MISMATCH", "{run}");
-    let text = http
+    let text = reqwest::Client::new()
         .get(format!("{}/metrics", server.api))
         .send()
         .await

@@ -17,7 +17,6 @@ use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
 use opentelemetry_proto::tonic::common::v1::any_value::Value as Any;
 use opentelemetry_proto::tonic::trace::v1::Span;
 use prost::Message;
-use serde_json::{Value, json};
 
 const TRACE_ID: &str = "4bf92f3577b34da6a3ce929d0e0e4736";
 const CALLER_SPAN: &str = "00f067aa0ba902b7";
@@ -87,18 +86,10 @@ async fn a_c102_run_is_one_trace_from_the_callers_span_through_the_mcp_server() 
         &[("OTEL_BSP_SCHEDULE_DELAY", "100")],
         false,
     );
-    let run: Value = reqwest::Client::new()
-        .post(format!("{}/v1/cases/C-102/agent-runs", server.api))
-        .header("x-api-key", "dev-key-tenant-demo")
-        .header("idempotency-key", "traces-0001")
-        .header("traceparent", format!("00-{TRACE_ID}-{CALLER_SPAN}-01"))
-        .json(&json!({"goal": "Check C-102."}))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let caller = format!("00-{TRACE_ID}-{CALLER_SPAN}-01");
+    let run = server
+        .start_c102("traces-0001", &[("traceparent", &caller)])
+        .await;
     assert_eq!(run["status"], "completed", "{run}");
 
     // Spans end bottom-up; the request span is the last of the run's trace.

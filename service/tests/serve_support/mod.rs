@@ -62,3 +62,23 @@ pub fn serve(database: &str, extra: &[&str], env: &[(&str, &str)], capture_stder
     std::thread::spawn(move || for _ in lines {});
     Served { child, api, stderr }
 }
+
+impl Served {
+    /// Starts a C-102 run as the demo tenant with `idempotency_key` and `headers`,
+    /// and returns the API's answer.
+    pub async fn start_c102(
+        &self,
+        idempotency_key: &str,
+        headers: &[(&str, &str)],
+    ) -> serde_json::Value {
+        let mut request = reqwest::Client::new()
+            .post(format!("{}/v1/cases/C-102/agent-runs", self.api))
+            .header("x-api-key", "dev-key-tenant-demo")
+            .header("idempotency-key", idempotency_key)
+            .json(&serde_json::json!({"goal": "Check C-102."}));
+        for (name, value) in headers {
+            request = request.header(*name, *value);
+        }
+        request.send().await.unwrap().json().await.unwrap()
+    }
+}

@@ -6,7 +6,8 @@
 //! - `Task`: the run's principal: tenant, subject, scopes, the run-bound resource, stage;
 //! - one action per tool, member of the action group of its risk (`ReadOnly`,
 //!   `ReversibleWrite`, `IrreversibleWrite`), whose context holds `tool`, `risk`,
-//!   `required_scope`, `stage` and a record of the tool's model-visible arguments.
+//!   `required_scope`, `stage`, `approval` (`"approved"` when a person approved this
+//!   exact call, `"none"` otherwise) and a record of the tool's model-visible arguments.
 //!
 //! System-injected fields never appear in the context. Number fields are left out of
 //! the argument record: Cedar has no floating-point type, so no policy could use them.
@@ -88,6 +89,7 @@ pub fn schema_json(agent: &AgentContract, tools: &[ToolContract]) -> Value {
                         "risk": string(),
                         "required_scope": string(),
                         "stage": string(),
+                        "approval": string(),
                         "arguments": { "type": "Record", "attributes": Value::Object(args) },
                     } },
                 },

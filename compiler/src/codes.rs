@@ -208,7 +208,7 @@ codes! {
         "permit (principal, action, resource) when { principal.scopes.contains(\"case:read\") }\n",
         "permit (principal, action, resource) when { principal.scopes.contains(\"case:read\") };\n";
     CedarValidation = "E0402", Error, "policy does not type-check against the generated schema",
-        "Policies are validated with Cedar's strict validator against the schema generated from the contracts: entity types, the task principal's attributes, one action per tool and each action's typed context (`tool`, `risk`, `required_scope`, `stage`, `arguments`). A misspelt attribute, an argument a tool does not have (for example after renaming it in the contract) or a comparison of the wrong types fails here.",
+        "Policies are validated with Cedar's strict validator against the schema generated from the contracts: entity types, the task principal's attributes, one action per tool and each action's typed context (`tool`, `risk`, `required_scope`, `stage`, `approval`, `arguments`). A misspelt attribute, an argument a tool does not have (for example after renaming it in the contract) or a comparison of the wrong types fails here.",
         "when { context.arguments.document == \"x\" }\n",
         "when { context.arguments.document_id == \"x\" }\n";
     ToolNeverPermitted = "W0403", Warning, "no policy ever permits this catalog tool",
@@ -251,6 +251,10 @@ codes! {
         "An authorization scenario in `policies/tests/*.yaml` names an unknown tool, an undeclared reason, or arguments that do not fit the tool's context.",
         "action: caseops_get_case_snapshots\n",
         "action: caseops_get_case_snapshot\n";
+    ApprovalBypassed = "E0410", Error, "a call that needs approval is permitted without one",
+        "A tool that declares `approval` (every `irreversible_write` does) runs only after a person approved the exact call: the runtime asks Cedar with `context.approval == \"none\"` first and parks the run in `waiting_approval` when that is denied but an approved call would be permitted. If the policies permit the call without an approval, the gate is open and the approval is never asked for. `check` evaluates every such catalog tool for a task holding every scope, on its own resource, in each stage, with `approval` set to `\"none\"`; any permit is this error.",
+        "@id(\"permit-writes\")\npermit (principal, action in CaseOps::Action::\"IrreversibleWrite\", resource);\n",
+        "@id(\"forbid-unapproved-irreversible-writes\")\n@reason(\"APPROVAL_REQUIRED\")\nforbid (principal, action in CaseOps::Action::\"IrreversibleWrite\", resource)\nunless { context.approval == \"approved\" };\n";
     PolicyNotExercised = "W0402", Warning, "policy not exercised by any scenario",
         "`caseops-compile test` found a policy that no scenario's decision was determined by. Add a scenario that proves what the policy allows or denies.",
         "# no scenario hits forbid-writes\n",

@@ -454,6 +454,7 @@ fn evaluate_as(
         "risk": req.tool.risk.value.as_str(),
         "required_scope": req.tool.required_scope.value,
         "stage": req.stage,
+        "approval": "none",
         "arguments": req.arguments,
     });
     for (k, v) in req.context {

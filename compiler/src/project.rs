@@ -89,6 +89,16 @@ pub fn check_contracts(sources: &Sources, diags: &mut Diagnostics) -> Project {
     }
 
     cross_check(&project, diags);
+    if let (Some(sm), Some(id)) = (&project.state_machine, sources.find(STATE_MACHINE_PATH)) {
+        let gated: Vec<&str> = project
+            .tools
+            .iter()
+            .filter(|t| t.approval.is_some() && t.risk.value != crate::tool::Risk::ReadOnly)
+            .map(|t| t.name.value.as_str())
+            .collect();
+        let mut r = Reader { file: id, diags };
+        state_machine::check_approval(&mut r, sm, &gated);
+    }
     project
 }
 

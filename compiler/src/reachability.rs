@@ -8,7 +8,9 @@
 //! tool every such request denies outright is hidden from every run (W0403); a
 //! permit policy that is satisfied by none of them permits nothing (W0404). A
 //! policy that needs the model's arguments to decide counts as possibly applying,
-//! so neither warning is given on a guess.
+//! so neither warning is given on a guess. A tool that needs approval is asked with
+//! and without one: permitted without one is an error (E0410), the approval gate
+//! would be open.
 
 use std::collections::BTreeSet;
 
@@ -51,8 +53,22 @@ pub fn check(project: &Project, policies: &Policies, diags: &mut Diagnostics) {
         let own_scope = vec![tool.required_scope.value.clone()];
         let mut may_run = false;
         let mut denied_by: BTreeSet<String> = BTreeSet::new();
+        // A tool that needs approval must be denied without one and may be permitted
+        // with one; any other tool is asked as it is called, without one.
+        let gated = tool.approval.is_some() && tool.risk.value != crate::tool::Risk::ReadOnly;
+        let mut bypassed_by: BTreeSet<String> = BTreeSet::new();
+        let approvals: &[&str] = if gated {
+            &["none", "approved"]
+        } else {
+            &["none"]
+        };
         for stage in &stages {
-            for scopes in [&every_scope, &own_scope] {
+            for (scopes, approval) in [&every_scope, &own_scope]
+                .into_iter()
+                .flat_map(|s| approvals.iter().map(move |a| (s, *a)))
+            {
+                let mut context = serde_json::Map::new();
+                context.insert("approval".into(), serde_json::json!(approval));
                 let arguments = resource_argument(tool, &agent.resource.id_field.value);
                 let req = ScenarioRequest {
                     tenant: TENANT,
@@ -66,7 +82,7 @@ pub fn check(project: &Project, policies: &Policies, diags: &mut Diagnostics) {
                     resource: RESOURCE,
                     resource_tenant: TENANT,
                     arguments: &arguments,
-                    context: &serde_json::Map::new(),
+                    context: &context,
                 };
                 let Ok(e) = evaluate_without_arguments(
                     policies,
@@ -79,6 +95,12 @@ pub fn check(project: &Project, policies: &Policies, diags: &mut Diagnostics) {
                     continue;
                 };
                 undecided_anywhere |= e.undecided;
+                if gated && approval == "none" {
+                    if matches!(e.outcome, Outcome::Allow) {
+                        bypassed_by.extend(e.determining);
+                    }
+                    continue;
+                }
                 match e.outcome {
                     Outcome::Allow => {
                         may_run = true;
@@ -88,6 +110,27 @@ pub fn check(project: &Project, policies: &Policies, diags: &mut Diagnostics) {
                     Outcome::Deny(_) => denied_by.extend(e.determining),
                 }
             }
+        }
+        if !bypassed_by.is_empty() {
+            diags.push(
+                Diagnostic::at(
+                    Code::ApprovalBypassed,
+                    tool.file,
+                    tool.name.span.clone(),
+                    format!(
+                        "`{}` needs approval but {} permit{} it without one",
+                        tool.name.value,
+                        bypassed_by
+                            .iter()
+                            .map(|p| format!("`{p}`"))
+                            .collect::<Vec<_>>()
+                            .join(", "),
+                        if bypassed_by.len() == 1 { "s" } else { "" }
+                    ),
+                )
+                .label("a run could call this without anyone approving it")
+                .help("forbid the call unless `context.approval == \"approved\"`, or narrow the permit"),
+            );
         }
         if !may_run {
             let why = if denied_by.is_empty() {

@@ -50,7 +50,7 @@ pub(crate) const SCENARIO_KEYS: &[&str] = &[
     "expect",
     "reason",
 ];
-pub(crate) const CONTEXT_KEYS: &[&str] = &["risk", "required_scope", "stage", "tool"];
+pub(crate) const CONTEXT_KEYS: &[&str] = &["approval", "risk", "required_scope", "stage", "tool"];
 pub(crate) const PRINCIPAL_KEYS: &[&str] = &[
     "tenant",
     "subject",

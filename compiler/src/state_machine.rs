@@ -53,6 +53,21 @@ pub const RUNTIME_TRANSITIONS: &[(&str, &str)] = &[
     ("observing", "failed"),
 ];
 
+/// The state a run waits in while a person decides on a call that needs approval.
+pub const APPROVAL_STATE: &str = "waiting_approval";
+
+/// What the runtime does around an approval, needed only when a tool declares
+/// `approval`: the proposed call waits; once decided it is authorized again (approved),
+/// or the run stops (rejected, expired) or goes to a human (the approved call is no
+/// longer permitted).
+pub const APPROVAL_TRANSITIONS: &[(&str, &str)] = &[
+    ("tool_proposed", APPROVAL_STATE),
+    (APPROVAL_STATE, "tool_authorized"),
+    (APPROVAL_STATE, "stopped"),
+    (APPROVAL_STATE, "needs_human"),
+    (APPROVAL_STATE, "failed"),
+];
+
 #[derive(Debug, Clone, PartialEq)]
 pub enum InvariantKind {
     /// Every path from `from` to `to` passes `through`.
@@ -384,6 +399,59 @@ pub fn check(r: &mut Reader, sm: &StateMachine) {
     }
 
     prove(r, sm);
+}
+
+/// When some tool needs approval (`gated` names them), the table must have the
+/// approval state as a non-terminal state with the runtime's approval transitions, and
+/// `waiting_approval` must be the only way from a proposed call to its authorization
+/// other than the direct one the policies refuse such a call (E0410 proves that half).
+pub fn check_approval(r: &mut Reader, sm: &StateMachine, gated: &[&str]) {
+    let Some(first) = gated.first() else { return };
+    let who = if gated.len() == 1 {
+        format!("`{first}` needs approval")
+    } else {
+        format!("{} tools need approval (`{first}`, …)", gated.len())
+    };
+    if !sm.states.iter().any(|s| s.value == APPROVAL_STATE) {
+        let d = r
+            .error(
+                Code::MissingState,
+                sm.initial.span.clone(),
+                format!(
+                    "{who}, so the runtime needs state `{APPROVAL_STATE}`, which is not declared"
+                ),
+            )
+            .label("state machine declared here")
+            .help(format!(
+                "declare `{APPROVAL_STATE}` under `states` with its transitions"
+            ));
+        r.report(d);
+        return;
+    }
+    let seen: Vec<(&str, &str)> = sm
+        .transitions
+        .iter()
+        .map(|(f, t)| (f.value.as_str(), t.value.as_str()))
+        .collect();
+    for (from, to) in APPROVAL_TRANSITIONS {
+        if sm.is_declared(from) && sm.is_declared(to) && !seen.contains(&(*from, *to)) {
+            let span = sm
+                .transitions
+                .iter()
+                .find(|(f, _)| f.value == *from)
+                .map(|(f, _)| f.span.clone())
+                .unwrap_or(sm.transitions_span.clone());
+            let d = r
+                .error(
+                    Code::RuntimeTransitionMissing,
+                    span,
+                    format!("{who}, and the runtime then performs `{from} → {to}`, which the table does not allow"),
+                )
+                .label(format!("`{from}` has no transition to `{to}`"))
+                .help(format!("add `{to}` to the transitions of `{from}`"));
+            r.report(d);
+        }
+    }
 }
 
 fn prove(r: &mut Reader, sm: &StateMachine) {

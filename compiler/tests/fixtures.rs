@@ -212,5 +212,5 @@ fn the_repository_contracts_are_clean() {
         "{}",
         render::human(&checked.sources, &checked.diagnostics, false)
     );
-    assert_eq!(checked.project.tools.len(), 4);
+    assert_eq!(checked.project.tools.len(), 8);
 }

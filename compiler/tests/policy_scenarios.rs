@@ -84,7 +84,12 @@ fn each_tool_is_an_action_in_the_group_of_its_risk() {
     let checked = repo_checked();
     let actions = &checked.policies.as_ref().unwrap().schema_json["CaseOps"]["actions"];
     for tool in &checked.project.tools {
-        assert_eq!(actions[&tool.name.value]["memberOf"][0]["id"], "ReadOnly");
+        let group = match tool.risk.value.as_str() {
+            "read_only" => "ReadOnly",
+            "reversible_write" => "ReversibleWrite",
+            _ => "IrreversibleWrite",
+        };
+        assert_eq!(actions[&tool.name.value]["memberOf"][0]["id"], group);
     }
     for group in ["ReadOnly", "ReversibleWrite", "IrreversibleWrite"] {
         assert!(actions.get(group).is_some(), "{group}");
@@ -149,15 +154,16 @@ fn every_repository_scenario_passes_and_every_policy_is_exercised() {
 #[test]
 fn repository_scenarios_cover_every_reason_and_both_outcomes() {
     let checked = repo_checked();
+    // Every reason a policy gives (a declared reason no policy gives cannot be shown).
     let reasons: Vec<String> = checked
-        .project
-        .agent
+        .policies
         .as_ref()
         .unwrap()
-        .deny_reasons
-        .iter()
-        .map(|r| r.value.clone())
+        .set
+        .policies()
+        .filter_map(|p| p.annotation("reason").map(str::to_string))
         .collect();
+    assert!(reasons.len() >= 4, "{reasons:?}");
     let expected: Vec<&policies::Outcome> = checked.scenarios.iter().map(|s| &s.expect).collect();
     assert!(expected.contains(&&policies::Outcome::Allow));
     for r in reasons {
@@ -238,10 +244,7 @@ fn test_command_fails_on_a_wrong_expectation_and_names_both_outcomes() {
 #[test]
 fn test_command_warns_about_a_policy_no_scenario_exercises() {
     let root = copy_project("unexercised");
-    let path = root.join("policies/tests/read_only_tools.yaml");
-    let text = std::fs::read_to_string(&path).unwrap();
-    let cut = text.find("  - name: a call classed as a write").unwrap();
-    std::fs::write(&path, &text[..cut]).unwrap();
+    std::fs::remove_file(root.join("policies/tests/writes.yaml")).unwrap();
     let out = bin().arg("test").arg("--root").arg(&root).output().unwrap();
     let text = String::from_utf8_lossy(&out.stdout);
     assert_eq!(
@@ -251,7 +254,7 @@ fn test_command_warns_about_a_policy_no_scenario_exercises() {
     );
     assert!(
         text.contains(
-            "warning[W0402]: no scenario's decision was determined by policy `forbid-writes`"
+            "warning[W0402]: no scenario's decision was determined by policy `forbid-unapproved-irreversible-writes`"
         ),
         "{text}"
     );

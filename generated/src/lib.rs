@@ -13,7 +13,7 @@ pub use state::RunState;
 pub use tools::{Dispatcher, TOOLS, ToolHandlers, ToolId, dispatch};
 
 /// SHA-256 over the contract and policy sources of this bundle.
-pub const BUNDLE_DIGEST: &str = "56ceffde81e0814ebc7008d1b4cffda302a8f407492fe4dd8e940e5284df59d2";
+pub const BUNDLE_DIGEST: &str = "4c2fc4bd847d86da1b83ae61e3770c3d322c9909b7c766803b7ec48edeb7246f";
 
 /// The MCP `tools/list` result.
 pub const MCP_TOOLS: &str = include_str!("../mcp/tools.json");
@@ -52,6 +52,10 @@ impl caseops_runtime::ContractBundle for Bundle {
         "caseops_get_policy_requirements",
         "caseops_list_unclassified_documents",
         "caseops_resolve_document_alias",
+        "caseops_request_missing_documents",
+        "caseops_find_document_request",
+        "caseops_mark_case_ready_for_assessment",
+        "caseops_find_case_transition",
     ];
     const TOOLS: &'static [caseops_runtime::ToolContract] = TOOLS;
     const BUDGETS: caseops_runtime::Budgets = BUDGETS;
@@ -60,6 +64,7 @@ impl caseops_runtime::ContractBundle for Bundle {
         "TOOL_RISK_NOT_ALLOWED",
         "TOOL_SCOPE_MISSING",
         "TOOL_RESOURCE_MISMATCH",
+        "APPROVAL_REQUIRED",
     ];
     const BUNDLE_DIGEST: &'static str = BUNDLE_DIGEST;
     const FINAL_ANSWER_SCHEMA_VERSION: &'static str = "caseops.agent-result.v1";

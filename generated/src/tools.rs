@@ -7,6 +7,73 @@ use caseops_runtime::handler::{decode, encode};
 use caseops_runtime::{CallContext, ToolError};
 use std::future::Future;
 
+/// Model-visible input of `caseops_find_case_transition`.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CaseopsFindCaseTransitionInput {
+    pub case_id: String,
+    pub case_version: i64,
+}
+
+/// Output of `caseops_find_case_transition`.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CaseopsFindCaseTransitionOutput {
+    pub found: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub case_id: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub status: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub case_version: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub previous_version: Option<i64>,
+    pub evidence_ref: String,
+}
+
+/// Model-visible input of `caseops_find_document_request`.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CaseopsFindDocumentRequestInput {
+    pub case_id: String,
+    pub document_codes: Vec<String>,
+}
+
+/// One of a closed set of values.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+pub enum CaseopsFindDocumentRequestOutputStatus {
+    #[serde(rename = "requested")]
+    Requested,
+    #[serde(rename = "cancelled")]
+    Cancelled,
+}
+
+impl CaseopsFindDocumentRequestOutputStatus {
+    /// The value as it appears in JSON.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CaseopsFindDocumentRequestOutputStatus::Requested => "requested",
+            CaseopsFindDocumentRequestOutputStatus::Cancelled => "cancelled",
+        }
+    }
+}
+
+/// Output of `caseops_find_document_request`.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CaseopsFindDocumentRequestOutput {
+    pub found: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub request_id: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub case_id: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub document_codes: Option<Vec<String>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub status: Option<CaseopsFindDocumentRequestOutputStatus>,
+    pub evidence_ref: String,
+}
+
 /// Model-visible input of `caseops_get_case_snapshot`.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -81,6 +148,79 @@ pub struct CaseopsListUnclassifiedDocumentsOutput {
     pub evidence_sha256: String,
 }
 
+/// Model-visible input of `caseops_mark_case_ready_for_assessment`.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CaseopsMarkCaseReadyForAssessmentInput {
+    pub case_id: String,
+    /// The case version the run observed; the case moves only from that version.
+    pub case_version: i64,
+}
+
+/// Output of `caseops_mark_case_ready_for_assessment`.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CaseopsMarkCaseReadyForAssessmentOutput {
+    pub case_id: String,
+    pub status: String,
+    pub case_version: i64,
+    pub previous_version: i64,
+    pub evidence_ref: String,
+}
+
+/// System-injected input of `caseops_mark_case_ready_for_assessment`: filled by the runtime from trusted context, never by the model.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CaseopsMarkCaseReadyForAssessmentTrusted {
+    pub idempotency_key: String,
+}
+
+/// Model-visible input of `caseops_request_missing_documents`.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CaseopsRequestMissingDocumentsInput {
+    pub case_id: String,
+    /// The required document codes the case lacks, in ascending order.
+    pub document_codes: Vec<String>,
+}
+
+/// One of a closed set of values.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+pub enum CaseopsRequestMissingDocumentsOutputStatus {
+    #[serde(rename = "requested")]
+    Requested,
+    #[serde(rename = "cancelled")]
+    Cancelled,
+}
+
+impl CaseopsRequestMissingDocumentsOutputStatus {
+    /// The value as it appears in JSON.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CaseopsRequestMissingDocumentsOutputStatus::Requested => "requested",
+            CaseopsRequestMissingDocumentsOutputStatus::Cancelled => "cancelled",
+        }
+    }
+}
+
+/// Output of `caseops_request_missing_documents`.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CaseopsRequestMissingDocumentsOutput {
+    pub request_id: String,
+    pub case_id: String,
+    pub document_codes: Vec<String>,
+    pub status: CaseopsRequestMissingDocumentsOutputStatus,
+    pub evidence_ref: String,
+}
+
+/// System-injected input of `caseops_request_missing_documents`: filled by the runtime from trusted context, never by the model.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CaseopsRequestMissingDocumentsTrusted {
+    pub idempotency_key: String,
+}
+
 /// Model-visible input of `caseops_resolve_document_alias`.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -108,25 +248,37 @@ pub struct CaseopsResolveDocumentAliasOutput {
 /// Every tool of the bundle.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum ToolId {
+    CaseopsFindCaseTransition,
+    CaseopsFindDocumentRequest,
     CaseopsGetCaseSnapshot,
     CaseopsGetPolicyRequirements,
     CaseopsListUnclassifiedDocuments,
+    CaseopsMarkCaseReadyForAssessment,
+    CaseopsRequestMissingDocuments,
     CaseopsResolveDocumentAlias,
 }
 
 impl ToolId {
     /// Every tool, in contract-table order.
-    pub const ALL: [ToolId; 4] = [
+    pub const ALL: [ToolId; 8] = [
+        ToolId::CaseopsFindCaseTransition,
+        ToolId::CaseopsFindDocumentRequest,
         ToolId::CaseopsGetCaseSnapshot,
         ToolId::CaseopsGetPolicyRequirements,
         ToolId::CaseopsListUnclassifiedDocuments,
+        ToolId::CaseopsMarkCaseReadyForAssessment,
+        ToolId::CaseopsRequestMissingDocuments,
         ToolId::CaseopsResolveDocumentAlias,
     ];
     pub fn name(self) -> &'static str {
         match self {
+            ToolId::CaseopsFindCaseTransition => "caseops_find_case_transition",
+            ToolId::CaseopsFindDocumentRequest => "caseops_find_document_request",
             ToolId::CaseopsGetCaseSnapshot => "caseops_get_case_snapshot",
             ToolId::CaseopsGetPolicyRequirements => "caseops_get_policy_requirements",
             ToolId::CaseopsListUnclassifiedDocuments => "caseops_list_unclassified_documents",
+            ToolId::CaseopsMarkCaseReadyForAssessment => "caseops_mark_case_ready_for_assessment",
+            ToolId::CaseopsRequestMissingDocuments => "caseops_request_missing_documents",
             ToolId::CaseopsResolveDocumentAlias => "caseops_resolve_document_alias",
         }
     }
@@ -140,6 +292,96 @@ impl ToolId {
 
 /// The contract table, indexed by `ToolId as usize`.
 pub const TOOLS: &[ToolContract] = &[
+    ToolContract {
+        name: "caseops_find_case_transition",
+        version: "1.0",
+        title: "Find a case transition",
+        description: "Find the move of the run's case to ready_for_assessment from the given version, if it was made. It tells whether such a move whose outcome was unknown took effect.",
+        required_scope: "case:read",
+        risk: Risk::ReadOnly,
+        stages: &["investigating"],
+        requires: &[],
+        timeout_seconds: 5,
+        max_attempts: 2,
+        backoff: Backoff {
+            kind: BackoffKind::Exponential,
+            initial_ms: 100,
+            max_ms: 2000,
+        },
+        idempotency_key: &[],
+        approval: None,
+        effects: None,
+        inputs: &[
+            FieldContract {
+                name: "case_id",
+                source: FieldSource::RunBoundResource,
+            },
+            FieldContract {
+                name: "case_version",
+                source: FieldSource::ModelProposed,
+            },
+        ],
+        evidence_field: "evidence_ref",
+        errors: &[ErrorDecl {
+            code: "CASE_NOT_FOUND",
+            class: ErrorClass::Business,
+        }],
+        audit: &[
+            "principal",
+            "arguments_hash",
+            "result_digest",
+            "latency",
+            "tool_version",
+            "correlation_ids",
+        ],
+        input_schema: include_str!("../schemas/caseops_find_case_transition.input.json"),
+        output_schema: include_str!("../schemas/caseops_find_case_transition.output.json"),
+    },
+    ToolContract {
+        name: "caseops_find_document_request",
+        version: "1.0",
+        title: "Find a document request",
+        description: "Find the request for these documents on the run's case, if one was made. It tells whether a document request whose outcome was unknown took effect.",
+        required_scope: "document:request",
+        risk: Risk::ReadOnly,
+        stages: &["investigating"],
+        requires: &[],
+        timeout_seconds: 5,
+        max_attempts: 2,
+        backoff: Backoff {
+            kind: BackoffKind::Exponential,
+            initial_ms: 100,
+            max_ms: 2000,
+        },
+        idempotency_key: &[],
+        approval: None,
+        effects: None,
+        inputs: &[
+            FieldContract {
+                name: "case_id",
+                source: FieldSource::RunBoundResource,
+            },
+            FieldContract {
+                name: "document_codes",
+                source: FieldSource::ModelProposed,
+            },
+        ],
+        evidence_field: "evidence_ref",
+        errors: &[ErrorDecl {
+            code: "CASE_NOT_FOUND",
+            class: ErrorClass::Business,
+        }],
+        audit: &[
+            "principal",
+            "arguments_hash",
+            "result_digest",
+            "latency",
+            "tool_version",
+            "correlation_ids",
+        ],
+        input_schema: include_str!("../schemas/caseops_find_document_request.input.json"),
+        output_schema: include_str!("../schemas/caseops_find_document_request.output.json"),
+    },
     ToolContract {
         name: "caseops_get_case_snapshot",
         version: "1.0",
@@ -264,6 +506,131 @@ pub const TOOLS: &[ToolContract] = &[
         output_schema: include_str!("../schemas/caseops_list_unclassified_documents.output.json"),
     },
     ToolContract {
+        name: "caseops_mark_case_ready_for_assessment",
+        version: "1.0",
+        title: "Mark case ready for assessment",
+        description: "Move the run's case from waiting_for_documents to ready_for_assessment once it holds every document its policy requires. Assessors act on the case at once, so the move cannot be taken back by the agent: a person approves each call.",
+        required_scope: "case:transition",
+        risk: Risk::IrreversibleWrite,
+        stages: &["investigating"],
+        requires: &[
+            "caseops_get_case_snapshot",
+            "caseops_get_policy_requirements",
+        ],
+        timeout_seconds: 5,
+        max_attempts: 1,
+        backoff: Backoff {
+            kind: BackoffKind::Exponential,
+            initial_ms: 100,
+            max_ms: 2000,
+        },
+        idempotency_key: &["case_id", "case_version"],
+        approval: Some("claims_supervisor"),
+        effects: Some(Effects {
+            confirm_with: "caseops_find_case_transition",
+            on_unknown: OnUnknown::NeedsHuman,
+        }),
+        inputs: &[
+            FieldContract {
+                name: "case_id",
+                source: FieldSource::RunBoundResource,
+            },
+            FieldContract {
+                name: "case_version",
+                source: FieldSource::ModelProposed,
+            },
+            FieldContract {
+                name: "idempotency_key",
+                source: FieldSource::SystemInjected,
+            },
+        ],
+        evidence_field: "evidence_ref",
+        errors: &[
+            ErrorDecl {
+                code: "CASE_NOT_FOUND",
+                class: ErrorClass::Business,
+            },
+            ErrorDecl {
+                code: "CASE_STATUS_CHANGED",
+                class: ErrorClass::Business,
+            },
+        ],
+        audit: &[
+            "principal",
+            "arguments_hash",
+            "result_digest",
+            "latency",
+            "tool_version",
+            "correlation_ids",
+        ],
+        input_schema: include_str!("../schemas/caseops_mark_case_ready_for_assessment.input.json"),
+        output_schema: include_str!(
+            "../schemas/caseops_mark_case_ready_for_assessment.output.json"
+        ),
+    },
+    ToolContract {
+        name: "caseops_request_missing_documents",
+        version: "1.0",
+        title: "Request missing documents",
+        description: "Ask the claimant for the documents the case's claim policy requires and the case still lacks. The same request for the same case and documents is made once, however often it is sent; a request can be cancelled, so the effect is reversible.",
+        required_scope: "document:request",
+        risk: Risk::ReversibleWrite,
+        stages: &["investigating"],
+        requires: &["caseops_get_policy_requirements"],
+        timeout_seconds: 5,
+        max_attempts: 2,
+        backoff: Backoff {
+            kind: BackoffKind::Exponential,
+            initial_ms: 100,
+            max_ms: 1000,
+        },
+        idempotency_key: &["case_id", "document_codes"],
+        approval: None,
+        effects: Some(Effects {
+            confirm_with: "caseops_find_document_request",
+            on_unknown: OnUnknown::NeedsHuman,
+        }),
+        inputs: &[
+            FieldContract {
+                name: "case_id",
+                source: FieldSource::RunBoundResource,
+            },
+            FieldContract {
+                name: "document_codes",
+                source: FieldSource::ModelProposed,
+            },
+            FieldContract {
+                name: "idempotency_key",
+                source: FieldSource::SystemInjected,
+            },
+        ],
+        evidence_field: "evidence_ref",
+        errors: &[
+            ErrorDecl {
+                code: "CASE_NOT_FOUND",
+                class: ErrorClass::Business,
+            },
+            ErrorDecl {
+                code: "POLICY_NOT_FOUND",
+                class: ErrorClass::Business,
+            },
+            ErrorDecl {
+                code: "DOCUMENT_NOT_REQUIRED",
+                class: ErrorClass::Business,
+            },
+        ],
+        audit: &[
+            "principal",
+            "arguments_hash",
+            "result_digest",
+            "latency",
+            "tool_version",
+            "correlation_ids",
+        ],
+        input_schema: include_str!("../schemas/caseops_request_missing_documents.input.json"),
+        output_schema: include_str!("../schemas/caseops_request_missing_documents.output.json"),
+    },
+    ToolContract {
         name: "caseops_resolve_document_alias",
         version: "1.0",
         title: "Resolve document alias",
@@ -312,6 +679,18 @@ pub const TOOLS: &[ToolContract] = &[
 
 /// One typed method per tool. Implemented by the host (the tool executor).
 pub trait ToolHandlers: Send + Sync {
+    /// Find the move of the run's case to ready_for_assessment from the given version, if it was made. It tells whether such a move whose outcome was unknown took effect.
+    fn caseops_find_case_transition(
+        &self,
+        ctx: &CallContext,
+        input: CaseopsFindCaseTransitionInput,
+    ) -> impl Future<Output = Result<CaseopsFindCaseTransitionOutput, ToolError>> + Send;
+    /// Find the request for these documents on the run's case, if one was made. It tells whether a document request whose outcome was unknown took effect.
+    fn caseops_find_document_request(
+        &self,
+        ctx: &CallContext,
+        input: CaseopsFindDocumentRequestInput,
+    ) -> impl Future<Output = Result<CaseopsFindDocumentRequestOutput, ToolError>> + Send;
     /// Read the current snapshot of the run's case: its version, status, the claim policy it falls under and the document codes already received.
     fn caseops_get_case_snapshot(
         &self,
@@ -330,6 +709,20 @@ pub trait ToolHandlers: Send + Sync {
         ctx: &CallContext,
         input: CaseopsListUnclassifiedDocumentsInput,
     ) -> impl Future<Output = Result<CaseopsListUnclassifiedDocumentsOutput, ToolError>> + Send;
+    /// Move the run's case from waiting_for_documents to ready_for_assessment once it holds every document its policy requires. Assessors act on the case at once, so the move cannot be taken back by the agent: a person approves each call.
+    fn caseops_mark_case_ready_for_assessment(
+        &self,
+        ctx: &CallContext,
+        input: CaseopsMarkCaseReadyForAssessmentInput,
+        trusted: CaseopsMarkCaseReadyForAssessmentTrusted,
+    ) -> impl Future<Output = Result<CaseopsMarkCaseReadyForAssessmentOutput, ToolError>> + Send;
+    /// Ask the claimant for the documents the case's claim policy requires and the case still lacks. The same request for the same case and documents is made once, however often it is sent; a request can be cancelled, so the effect is reversible.
+    fn caseops_request_missing_documents(
+        &self,
+        ctx: &CallContext,
+        input: CaseopsRequestMissingDocumentsInput,
+        trusted: CaseopsRequestMissingDocumentsTrusted,
+    ) -> impl Future<Output = Result<CaseopsRequestMissingDocumentsOutput, ToolError>> + Send;
     /// Map one unclassified source document's label to a canonical document code using the tenant's active alias rules.
     fn caseops_resolve_document_alias(
         &self,
@@ -363,6 +756,14 @@ pub async fn dispatch<H: ToolHandlers>(
     arguments: serde_json::Value,
 ) -> Result<serde_json::Value, ToolError> {
     match tool {
+        ToolId::CaseopsFindCaseTransition => {
+            let input = decode(arguments)?;
+            encode(handlers.caseops_find_case_transition(ctx, input).await?)
+        }
+        ToolId::CaseopsFindDocumentRequest => {
+            let input = decode(arguments)?;
+            encode(handlers.caseops_find_document_request(ctx, input).await?)
+        }
         ToolId::CaseopsGetCaseSnapshot => {
             let input = decode(arguments)?;
             encode(handlers.caseops_get_case_snapshot(ctx, input).await?)
@@ -376,6 +777,24 @@ pub async fn dispatch<H: ToolHandlers>(
             encode(
                 handlers
                     .caseops_list_unclassified_documents(ctx, input)
+                    .await?,
+            )
+        }
+        ToolId::CaseopsMarkCaseReadyForAssessment => {
+            let input = decode(arguments)?;
+            let trusted = decode(ctx.injected_fields(&["idempotency_key"]))?;
+            encode(
+                handlers
+                    .caseops_mark_case_ready_for_assessment(ctx, input, trusted)
+                    .await?,
+            )
+        }
+        ToolId::CaseopsRequestMissingDocuments => {
+            let input = decode(arguments)?;
+            let trusted = decode(ctx.injected_fields(&["idempotency_key"]))?;
+            encode(
+                handlers
+                    .caseops_request_missing_documents(ctx, input, trusted)
                     .await?,
             )
         }

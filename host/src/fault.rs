@@ -5,7 +5,9 @@
 //! a test can hold runs in flight while it kills or stops a replica; with
 //! `CASEOPS_FAULT_KILL_AFTER_TOOL=name` the process dies right after that tool's
 //! handler returned, before its result is sent or committed (a write's effect
-//! happened and nothing recorded it).
+//! happened and nothing recorded it); with `CASEOPS_FAULT_HANG_AFTER_TOOL=name` that
+//! tool's first call answers nothing after its handler returned, until the caller
+//! gives up (a tool server that times out after applying the effect).
 
 #[cfg(feature = "fault-injection")]
 fn die() -> ! {
@@ -33,6 +35,21 @@ pub fn after_tool(name: &str) {
         die();
     }
 }
+
+/// Hangs the first call of the named tool for good, once its handler returned.
+#[cfg(feature = "fault-injection")]
+pub async fn hang_after_tool(name: &str) {
+    static HUNG: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+    if std::env::var("CASEOPS_FAULT_HANG_AFTER_TOOL").is_ok_and(|t| t == name)
+        && !HUNG.swap(true, std::sync::atomic::Ordering::SeqCst)
+    {
+        std::future::pending::<()>().await;
+    }
+}
+
+#[cfg(not(feature = "fault-injection"))]
+#[inline(always)]
+pub async fn hang_after_tool(_name: &str) {}
 
 #[cfg(not(feature = "fault-injection"))]
 #[inline(always)]

@@ -35,6 +35,18 @@ pub enum AuthzDecision {
 }
 
 impl AuthzDecision {
+    pub fn is_allow(&self) -> bool {
+        matches!(self, AuthzDecision::Allow)
+    }
+
+    /// The deny reason, `None` when allowed.
+    pub fn reason(&self) -> Option<&str> {
+        match self {
+            AuthzDecision::Allow => None,
+            AuthzDecision::Deny { reason, .. } => Some(reason),
+        }
+    }
+
     /// A request Cedar could not evaluate is denied, never allowed.
     pub fn unevaluable(message: String) -> Self {
         AuthzDecision::Deny {
@@ -114,12 +126,25 @@ impl Authorization {
         }
     }
 
-    /// Decides one proposed call by a prepared principal.
+    /// Decides one proposed call by a prepared principal, with no approval.
     pub fn authorize_as(
         &self,
         principal: &Principal,
         tool: &ToolContract,
         arguments: &Value,
+    ) -> AuthzDecision {
+        self.authorize_with(principal, tool, arguments, Approval::None)
+    }
+
+    /// Decides one call by a prepared principal, telling the policies whether a
+    /// person approved this exact call (`context.approval`). Only a recorded decision
+    /// bound to the call's fingerprint may pass [`Approval::Approved`].
+    pub fn authorize_with(
+        &self,
+        principal: &Principal,
+        tool: &ToolContract,
+        arguments: &Value,
+        approval: Approval,
     ) -> AuthzDecision {
         let resource_id = tool
             .resource_field()
@@ -132,8 +157,8 @@ impl Authorization {
                 policies: vec!["structural:run-bound-resource".into()],
             };
         }
-        match self.evaluate(principal, tool, arguments) {
-            Ok(d) => d,
+        match self.decide(principal, tool, arguments, approval) {
+            Ok((d, _)) => d,
             Err(message) => AuthzDecision::unevaluable(message),
         }
     }
@@ -142,7 +167,8 @@ impl Authorization {
     /// resource, asked before any arguments exist (the capability filter's question).
     /// A tool is withheld only when the policies deny it outright; a policy that
     /// needs the model's arguments to decide cannot be evaluated yet, so the tool
-    /// stays visible and that policy decides at call time.
+    /// stays visible and that policy decides at call time. A tool that needs approval
+    /// is asked as if approved: it is hidden only when no approval could permit it.
     pub fn may_call(&self, principal: &Principal, tool: &ToolContract) -> bool {
         let mut arguments = serde_json::Map::new();
         if let Some(field) = tool.resource_field() {
@@ -151,7 +177,12 @@ impl Authorization {
                 Value::String(principal.resource_id.clone()),
             );
         }
-        match self.decide(principal, tool, &Value::Object(arguments)) {
+        let approval = if tool.approval.is_some() && tool.risk.is_write() {
+            Approval::Approved
+        } else {
+            Approval::None
+        };
+        match self.decide(principal, tool, &Value::Object(arguments), approval) {
             Ok((AuthzDecision::Allow, _)) => true,
             Ok((AuthzDecision::Deny { .. }, undecided)) => undecided,
             Err(_) => false,
@@ -244,15 +275,6 @@ impl Authorization {
         })
     }
 
-    fn evaluate(
-        &self,
-        principal: &Principal,
-        tool: &ToolContract,
-        arguments: &Value,
-    ) -> Result<AuthzDecision, String> {
-        self.decide(principal, tool, arguments).map(|(d, _)| d)
-    }
-
     /// The decision, and whether some policy could not be evaluated (it needed a
     /// value the request lacks).
     fn decide(
@@ -260,6 +282,7 @@ impl Authorization {
         principal: &Principal,
         tool: &ToolContract,
         arguments: &Value,
+        approval: Approval,
     ) -> Result<(AuthzDecision, bool), String> {
         let e = |e: &dyn std::fmt::Display| e.to_string();
         let action =
@@ -281,6 +304,10 @@ impl Authorization {
             (
                 "stage".to_string(),
                 RestrictedExpression::new_string(stage.to_string()),
+            ),
+            (
+                "approval".to_string(),
+                RestrictedExpression::new_string(approval.as_str().to_string()),
             ),
             ("arguments".to_string(), cedar_arguments(tool, arguments)?),
         ])
@@ -322,6 +349,22 @@ impl Authorization {
             },
             undecided,
         ))
+    }
+}
+
+/// Whether a person approved the call being decided (`context.approval`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Approval {
+    None,
+    Approved,
+}
+
+impl Approval {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Approval::None => "none",
+            Approval::Approved => "approved",
+        }
     }
 }
 

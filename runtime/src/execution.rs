@@ -86,15 +86,22 @@ pub enum EffectStatus {
 pub trait Executor: Send + Sync {
     fn execute(&self, call: &ToolCall) -> impl Future<Output = Result<Value, ExecError>> + Send;
 
-    /// Asks `confirm_with` whether an unknown write took effect. The default cannot
-    /// tell, which sends the run to the contract's `on_unknown`.
+    /// Asks `confirm_with` whether an unknown write took effect: by default it calls
+    /// the confirming tool through [`Executor::execute`], under the write's timeout; a
+    /// confirming call that cannot answer leaves the effect unknown.
     fn confirm_effect(
         &self,
         call: &ToolCall,
         confirm_with: &'static ToolContract,
     ) -> impl Future<Output = Result<EffectStatus, ExecError>> + Send {
-        let _ = (call, confirm_with);
-        async { Ok(EffectStatus::Unknown) }
+        async move {
+            let confirm = crate::reconciliation::confirm_call(call, confirm_with);
+            match tokio::time::timeout(confirm.timeout, self.execute(&confirm)).await {
+                Ok(Ok(answer)) => Ok(crate::reconciliation::interpret(call.tool, &answer)),
+                Ok(Err(e)) => Err(e),
+                Err(_) => Ok(EffectStatus::Unknown),
+            }
+        }
     }
 }
 

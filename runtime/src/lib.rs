@@ -9,6 +9,7 @@
 //! [`goal_assembly`] → [`capability_filter`] → [`proposal`] (the planner) →
 //! [`protocol`] (parsing) → [`validation`] (arguments) → [`authorization`] →
 //! [`execution`] → [`normalization`] (results) → [`state_update`] (budgets, stop).
+//! A write whose effect is unknown is settled by [`reconciliation`] first.
 //! A final answer is accepted by [`conclusion`] (grounded evidence, domain rules).
 //! [`engine`] drives them through the [`machine`]; [`context`] builds what a planner
 //! sees; [`store`] makes runs durable; [`telemetry`] names the spans and metrics a
@@ -29,6 +30,7 @@ pub mod machine;
 pub mod normalization;
 pub mod proposal;
 pub mod protocol;
+pub mod reconciliation;
 pub mod run;
 pub mod state;
 pub mod state_update;

@@ -21,8 +21,8 @@ pub struct Findings {
     pub resolved: BTreeSet<String>,
     pub missing: BTreeSet<String>,
     pub outcome: &'static str,
-    /// The evidence a conclusion rests on: the snapshot, the policy and each
-    /// resolution that resolved.
+    /// The evidence a conclusion rests on: the snapshot, the policy, each
+    /// resolution that resolved and each document request the run made.
     pub evidence: BTreeSet<String>,
 }
 
@@ -38,6 +38,7 @@ impl Findings {
     /// snapshot and the policy requirements were observed.
     pub fn derive<'a>(observed: impl IntoIterator<Item = (&'a str, &'a Value)>) -> Option<Self> {
         let (mut snapshot, mut policy, mut resolutions) = (None, None, Vec::new());
+        let mut acted = Vec::new();
         for (tool, result) in observed {
             if tool == ToolId::CaseopsGetCaseSnapshot.name() {
                 snapshot.get_or_insert(result);
@@ -45,6 +46,8 @@ impl Findings {
                 policy.get_or_insert(result);
             } else if tool == ToolId::CaseopsResolveDocumentAlias.name() {
                 resolutions.push(result);
+            } else if tool == ToolId::CaseopsRequestMissingDocuments.name() {
+                acted.push(result);
             }
         }
         let (snapshot, policy) = (snapshot?, policy?);
@@ -81,7 +84,8 @@ impl Findings {
         let mut evidence = BTreeSet::new();
         evidence.extend(snapshot["evidence_ref"].as_str().map(str::to_string));
         evidence.extend(policy["evidence_ref"].as_str().map(str::to_string));
-        for r in resolved_by {
+        // What the run did about the case (a document request) is cited too.
+        for r in resolved_by.into_iter().chain(acted) {
             evidence.extend(r["evidence_ref"].as_str().map(str::to_string));
         }
         Some(Findings {

@@ -1,7 +1,8 @@
-//! `ConformancePlanner`: a deterministic protocol driver for the C-102 investigation.
-//! It is not an agent: it walks a fixed order (snapshot → policy → unclassified
-//! documents → resolve each one → final answer computed from the observations) and
-//! exists to prove the control plane end to end without a model.
+//! `ConformancePlanner`: a deterministic protocol driver for the CaseOps
+//! investigations (C-102, C-103, C-104). It is not an agent: it walks a fixed order
+//! (snapshot → policy → unclassified documents → resolve each one → request the
+//! documents still missing, when that tool is offered → final answer computed from the
+//! observations) and exists to prove the control plane end to end without a model.
 
 use caseops_generated::ToolId;
 use caseops_runtime::context::PlannerView;
@@ -68,6 +69,13 @@ impl ConformancePlanner {
         let Some(found) = Findings::derive(observed) else {
             return json!({ "decision": "needs_human", "reason": "the snapshot and policy were not observed" });
         };
+        let request = ToolId::CaseopsRequestMissingDocuments;
+        if !found.missing.is_empty() && seen(request).is_none() && visible(request) {
+            return call(
+                request,
+                json!({ "case_id": case_id, "document_codes": found.missing }),
+            );
+        }
         let Findings {
             received,
             resolved,
@@ -77,6 +85,10 @@ impl ConformancePlanner {
             ..
         } = found;
         let summary = match outcome {
+            "MISSING_REQUIRED_DOCUMENTS" if seen(request).is_some() => format!(
+                "Case {case_id} lacks {}; the claimant was asked for it.",
+                missing.iter().cloned().collect::<Vec<_>>().join(", ")
+            ),
             "MISSING_REQUIRED_DOCUMENTS" => format!(
                 "Case {case_id} lacks {}.",
                 missing.iter().cloned().collect::<Vec<_>>().join(", ")

@@ -6,12 +6,15 @@ use caseops_host::params;
 use caseops_host::store::{AppSchema, Db, DbError, Migration};
 use caseops_runtime::ToolError;
 
-use crate::domain::{AliasRule, Case, ClaimPolicy, ReferenceData, SourceDocument};
-use crate::tools::{CaseRepository, Effect};
-use serde_json::Value;
+use crate::domain::{
+    AliasRule, Case, CaseTransition, ClaimPolicy, DocumentRequest, ReferenceData, SourceDocument,
+};
+use crate::tools::CaseRepository;
 
-/// The claims domain's tables, migrated with the host's. Version 2 predates the
-/// host crate (the host's own run between 1 and 4); later ones are 1000 and above.
+/// The claims domain's tables, migrated with the host's. Host and application
+/// migrations are one sequence applied in version order past the database's current
+/// version, so a new one, host's or application's, takes a number above every
+/// existing one (version 2 predates the host crate; 1001 is the host's approvals).
 pub const SCHEMA: AppSchema = AppSchema {
     migrations: &[
         Migration {
@@ -26,13 +29,20 @@ pub const SCHEMA: AppSchema = AppSchema {
             sqlite: include_str!("../migrations/sqlite/1000_tool_effects.sql"),
             postgres: include_str!("../migrations/postgres/1000_tool_effects.sql"),
         },
+        Migration {
+            version: 1002,
+            description: "writes",
+            sqlite: include_str!("../migrations/sqlite/1002_writes.sql"),
+            postgres: include_str!("../migrations/postgres/1002_writes.sql"),
+        },
     ],
     tables: &[
         "claim_policies",
         "cases",
         "source_documents",
         "alias_rules",
-        "tool_effects",
+        "document_requests",
+        "case_transitions",
     ],
 };
 
@@ -84,6 +94,40 @@ impl Resources for SqlRepository {
 
 fn unavailable(e: impl std::fmt::Display) -> ToolError {
     ToolError::transient("STORE_UNAVAILABLE", e.to_string())
+}
+
+const REQUEST_COLUMNS: &str = "case_id, request_id, idempotency_key, document_codes, status";
+const TRANSITION_COLUMNS: &str =
+    "case_id, idempotency_key, from_status, to_status, from_version, to_version";
+
+fn request_from(
+    tenant: &str,
+    r: &caseops_host::store::sql::Row,
+) -> Result<DocumentRequest, ToolError> {
+    let codes: String = r.get("document_codes").map_err(unavailable)?;
+    Ok(DocumentRequest {
+        tenant_id: tenant.into(),
+        case_id: r.get("case_id").map_err(unavailable)?,
+        request_id: r.get("request_id").map_err(unavailable)?,
+        idempotency_key: r.get("idempotency_key").map_err(unavailable)?,
+        document_codes: serde_json::from_str(&codes).map_err(|_| corrupt("document request"))?,
+        status: r.get("status").map_err(unavailable)?,
+    })
+}
+
+fn transition_from(
+    tenant: &str,
+    r: &caseops_host::store::sql::Row,
+) -> Result<CaseTransition, ToolError> {
+    Ok(CaseTransition {
+        tenant_id: tenant.into(),
+        case_id: r.get("case_id").map_err(unavailable)?,
+        idempotency_key: r.get("idempotency_key").map_err(unavailable)?,
+        from_status: r.get("from_status").map_err(unavailable)?,
+        to_status: r.get("to_status").map_err(unavailable)?,
+        from_version: r.get("from_version").map_err(unavailable)?,
+        to_version: r.get("to_version").map_err(unavailable)?,
+    })
 }
 
 fn corrupt(what: &str) -> ToolError {
@@ -149,22 +193,83 @@ impl CaseRepository for SqlRepository {
             .collect()
     }
 
-    async fn apply_once(&self, effect: Effect<'_>) -> Result<Value, ToolError> {
+    async fn request_documents(
+        &self,
+        request: &DocumentRequest,
+    ) -> Result<DocumentRequest, ToolError> {
+        let codes = serde_json::to_string(&request.document_codes).expect("serializes");
         let mut tx = self.db.begin_write().await.map_err(unavailable)?;
-        tx.execute("INSERT INTO tool_effects (tenant_id, idempotency_key, tool, case_id, payload, created_at) VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING", &params![effect.tenant, effect.key, effect.tool, effect.case_id, effect.payload.to_string(), caseops_host::store::now_ms()])
+        tx.execute("INSERT INTO document_requests (tenant_id, idempotency_key, case_id, request_id, document_codes, status, created_at) VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING", &params![&request.tenant_id, &request.idempotency_key, &request.case_id, &request.request_id, &codes, &request.status, caseops_host::store::now_ms()])
             .await
             .map_err(unavailable)?;
         let row = tx
             .fetch_optional(
-                "SELECT payload FROM tool_effects WHERE tenant_id = ? AND idempotency_key = ?",
-                &params![effect.tenant, effect.key],
+                &format!("SELECT {REQUEST_COLUMNS} FROM document_requests WHERE tenant_id = ? AND idempotency_key = ?"),
+                &params![&request.tenant_id, &request.idempotency_key],
             )
             .await
             .map_err(unavailable)?
-            .ok_or_else(|| corrupt("effect"))?;
+            .ok_or_else(|| corrupt("document request"))?;
         tx.commit().await.map_err(unavailable)?;
-        let payload: String = row.get("payload").map_err(unavailable)?;
-        serde_json::from_str(&payload).map_err(|_| corrupt("effect"))
+        request_from(&request.tenant_id, &row)
+    }
+
+    async fn document_requests(
+        &self,
+        tenant: &str,
+        case_id: &str,
+    ) -> Result<Vec<DocumentRequest>, ToolError> {
+        let rows = self.db.fetch_all(&format!("SELECT {REQUEST_COLUMNS} FROM document_requests WHERE tenant_id = ? AND case_id = ? ORDER BY created_at, request_id"), &params![tenant, case_id])
+            .await
+            .map_err(unavailable)?;
+        rows.iter().map(|r| request_from(tenant, r)).collect()
+    }
+
+    async fn transition_case(&self, t: &CaseTransition) -> Result<CaseTransition, ToolError> {
+        let mut tx = self.db.begin_write().await.map_err(unavailable)?;
+        let first = tx
+            .fetch_optional(
+                &format!("SELECT {TRANSITION_COLUMNS} FROM case_transitions WHERE tenant_id = ? AND idempotency_key = ?"),
+                &params![&t.tenant_id, &t.idempotency_key],
+            )
+            .await
+            .map_err(unavailable)?;
+        if let Some(row) = first {
+            return transition_from(&t.tenant_id, &row);
+        }
+        // The status and version guard makes the move happen at most once even
+        // without the key: a second move finds the case moved on.
+        let moved = tx
+            .execute(
+                "UPDATE cases SET status = ?, version = ? WHERE tenant_id = ? AND case_id = ? AND status = ? AND version = ?",
+                &params![&t.to_status, t.to_version, &t.tenant_id, &t.case_id, &t.from_status, t.from_version],
+            )
+            .await
+            .map_err(unavailable)?;
+        if moved != 1 {
+            drop(tx);
+            let case = self
+                .case(&t.tenant_id, &t.case_id)
+                .await?
+                .ok_or_else(crate::tools::case_not_found)?;
+            return Err(crate::tools::status_changed(&case));
+        }
+        tx.execute("INSERT INTO case_transitions (tenant_id, idempotency_key, case_id, from_status, to_status, from_version, to_version, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)", &params![&t.tenant_id, &t.idempotency_key, &t.case_id, &t.from_status, &t.to_status, t.from_version, t.to_version, caseops_host::store::now_ms()])
+            .await
+            .map_err(unavailable)?;
+        tx.commit().await.map_err(unavailable)?;
+        Ok(t.clone())
+    }
+
+    async fn case_transitions(
+        &self,
+        tenant: &str,
+        case_id: &str,
+    ) -> Result<Vec<CaseTransition>, ToolError> {
+        let rows = self.db.fetch_all(&format!("SELECT {TRANSITION_COLUMNS} FROM case_transitions WHERE tenant_id = ? AND case_id = ? ORDER BY created_at, to_version"), &params![tenant, case_id])
+            .await
+            .map_err(unavailable)?;
+        rows.iter().map(|r| transition_from(tenant, r)).collect()
     }
 
     async fn alias_rule(&self, tenant: &str, label: &str) -> Result<Option<AliasRule>, ToolError> {

@@ -1,4 +1,4 @@
-//! The four read-only CaseOps tools, implementing the generated `ToolHandlers` trait.
+//! The CaseOps tools, implementing the generated `ToolHandlers` trait.
 //! Every lookup is tenant-scoped: a case of another tenant is exactly as absent as a
 //! case that does not exist.
 
@@ -7,32 +7,44 @@ use std::sync::Arc;
 
 use caseops_generated::tools::*;
 use caseops_runtime::fingerprint::{canonical_json, sha256_hex};
+use caseops_runtime::handler::idempotency_key;
 use caseops_runtime::{CallContext, ToolError};
 use serde_json::json;
 
-use crate::domain::{AliasRule, Case, ClaimPolicy, ReferenceData, SourceDocument};
-
-/// One effect of a write tool, recorded once per idempotency key.
-#[derive(Debug, Clone, Copy)]
-pub struct Effect<'a> {
-    pub tenant: &'a str,
-    pub case_id: &'a str,
-    pub tool: &'a str,
-    /// The call's idempotency key (its trusted `idempotency_key` field).
-    pub key: &'a str,
-    /// What the effect was, as the tool reports it.
-    pub payload: &'a serde_json::Value,
-}
+use crate::domain::{
+    AliasRule, Case, CaseTransition, ClaimPolicy, DocumentRequest, READY_FOR_ASSESSMENT,
+    ReferenceData, SourceDocument, WAITING_FOR_DOCUMENTS,
+};
 
 /// Where the tools read from and write to (memory here; SQL in the durable host).
+///
+/// Writes are made once per idempotency key: a retried, resumed or reconciled call
+/// gets the first effect back and acts only once.
 pub trait CaseRepository: Send + Sync {
-    /// Records `effect` unless one with its key exists, and returns the effect
-    /// recorded first: a retried or resumed write gets its first result back and
-    /// acts only once.
-    fn apply_once(
+    /// Records `request` unless one with its key exists; returns the one recorded first.
+    fn request_documents(
         &self,
-        effect: Effect<'_>,
-    ) -> impl Future<Output = Result<serde_json::Value, ToolError>> + Send;
+        request: &DocumentRequest,
+    ) -> impl Future<Output = Result<DocumentRequest, ToolError>> + Send;
+    /// The document requests made for a case, oldest first.
+    fn document_requests(
+        &self,
+        tenant: &str,
+        case_id: &str,
+    ) -> impl Future<Output = Result<Vec<DocumentRequest>, ToolError>> + Send;
+    /// Moves the case as `transition` says unless a transition with its key exists
+    /// (then returns that one). `CASE_STATUS_CHANGED` when the case is no longer in
+    /// `from_status` at `from_version`.
+    fn transition_case(
+        &self,
+        transition: &CaseTransition,
+    ) -> impl Future<Output = Result<CaseTransition, ToolError>> + Send;
+    /// The tool-made status transitions of a case, oldest first.
+    fn case_transitions(
+        &self,
+        tenant: &str,
+        case_id: &str,
+    ) -> impl Future<Output = Result<Vec<CaseTransition>, ToolError>> + Send;
     fn case(
         &self,
         tenant: &str,
@@ -56,35 +68,113 @@ pub trait CaseRepository: Send + Sync {
     ) -> impl Future<Output = Result<Option<AliasRule>, ToolError>> + Send;
 }
 
-/// Reference data held in memory (and the effects of writes, for this process).
+/// What the write tools did, in memory.
+#[derive(Debug, Default)]
+pub struct Writes {
+    pub requests: Vec<DocumentRequest>,
+    pub transitions: Vec<CaseTransition>,
+}
+
+/// Reference data held in memory, and the effects of writes, for this process.
 #[derive(Debug, Clone, Default)]
-pub struct MemoryRepository(
-    pub Arc<ReferenceData>,
-    pub Arc<std::sync::Mutex<std::collections::HashMap<(String, String), serde_json::Value>>>,
-);
+pub struct MemoryRepository(pub Arc<ReferenceData>, pub Arc<std::sync::Mutex<Writes>>);
 
 impl MemoryRepository {
     pub fn new(data: ReferenceData) -> Self {
         Self(Arc::new(data), Default::default())
     }
+
+    fn writes(&self) -> std::sync::MutexGuard<'_, Writes> {
+        self.1.lock().unwrap_or_else(|e| e.into_inner())
+    }
 }
 
 impl CaseRepository for MemoryRepository {
-    async fn apply_once(&self, effect: Effect<'_>) -> Result<serde_json::Value, ToolError> {
-        let mut effects = self.1.lock().unwrap_or_else(|e| e.into_inner());
-        Ok(effects
-            .entry((effect.tenant.to_string(), effect.key.to_string()))
-            .or_insert_with(|| effect.payload.clone())
-            .clone())
+    async fn request_documents(
+        &self,
+        request: &DocumentRequest,
+    ) -> Result<DocumentRequest, ToolError> {
+        let mut writes = self.writes();
+        let same = |r: &&DocumentRequest| {
+            r.tenant_id == request.tenant_id && r.idempotency_key == request.idempotency_key
+        };
+        if let Some(first) = writes.requests.iter().find(same) {
+            return Ok(first.clone());
+        }
+        writes.requests.push(request.clone());
+        Ok(request.clone())
+    }
+
+    async fn document_requests(
+        &self,
+        tenant: &str,
+        case_id: &str,
+    ) -> Result<Vec<DocumentRequest>, ToolError> {
+        Ok(self
+            .writes()
+            .requests
+            .iter()
+            .filter(|r| r.tenant_id == tenant && r.case_id == case_id)
+            .cloned()
+            .collect())
+    }
+
+    async fn transition_case(
+        &self,
+        transition: &CaseTransition,
+    ) -> Result<CaseTransition, ToolError> {
+        let case = self
+            .case(&transition.tenant_id, &transition.case_id)
+            .await?
+            .ok_or_else(case_not_found)?;
+        let mut writes = self.writes();
+        let same = |t: &&CaseTransition| {
+            t.tenant_id == transition.tenant_id && t.idempotency_key == transition.idempotency_key
+        };
+        if let Some(first) = writes.transitions.iter().find(same) {
+            return Ok(first.clone());
+        }
+        if case.status != transition.from_status || case.version != transition.from_version {
+            return Err(status_changed(&case));
+        }
+        writes.transitions.push(transition.clone());
+        Ok(transition.clone())
+    }
+
+    async fn case_transitions(
+        &self,
+        tenant: &str,
+        case_id: &str,
+    ) -> Result<Vec<CaseTransition>, ToolError> {
+        Ok(self
+            .writes()
+            .transitions
+            .iter()
+            .filter(|t| t.tenant_id == tenant && t.case_id == case_id)
+            .cloned()
+            .collect())
     }
 
     async fn case(&self, tenant: &str, case_id: &str) -> Result<Option<Case>, ToolError> {
-        Ok(self
+        let Some(mut case) = self
             .0
             .cases
             .iter()
             .find(|c| c.tenant_id == tenant && c.case_id == case_id)
-            .cloned())
+            .cloned()
+        else {
+            return Ok(None);
+        };
+        let writes = self.writes();
+        for t in writes
+            .transitions
+            .iter()
+            .filter(|t| t.tenant_id == tenant && t.case_id == case_id)
+        {
+            case.status = t.to_status.clone();
+            case.version = t.to_version;
+        }
+        Ok(Some(case))
     }
     async fn policy(
         &self,
@@ -122,14 +212,47 @@ impl CaseRepository for MemoryRepository {
     }
 }
 
+/// What a case transition reports; the moved case at its new version is the evidence.
+fn transition_output(t: CaseTransition) -> CaseopsMarkCaseReadyForAssessmentOutput {
+    CaseopsMarkCaseReadyForAssessmentOutput {
+        evidence_ref: format!("case://{}@{}", t.case_id, t.to_version),
+        case_id: t.case_id,
+        status: t.to_status,
+        case_version: t.to_version,
+        previous_version: t.from_version,
+    }
+}
+
+/// Where a document request is cited from.
+fn request_ref(r: &DocumentRequest) -> String {
+    format!("request://{}/{}", r.case_id, r.request_id)
+}
+
+/// A stored status as its generated enum.
+fn decode_enum<T: serde::de::DeserializeOwned>(value: &str) -> Result<T, ToolError> {
+    serde_json::from_value(json!(value))
+        .map_err(|_| ToolError::transient("STORE_CORRUPT", format!("unknown status `{value}`")))
+}
+
 /// SHA-256 of the canonical JSON of an evidence record.
 fn digest(record: &serde_json::Value) -> String {
     sha256_hex(canonical_json(record).as_bytes())
 }
 
 /// The same error for "no such case" and "another tenant's case".
-fn case_not_found() -> ToolError {
+pub(crate) fn case_not_found() -> ToolError {
     ToolError::business("CASE_NOT_FOUND", "case not found")
+}
+
+/// A transition's expected status or version is no longer the case's.
+pub(crate) fn status_changed(case: &Case) -> ToolError {
+    ToolError::business(
+        "CASE_STATUS_CHANGED",
+        format!(
+            "the case is `{}` at version {} now",
+            case.status, case.version
+        ),
+    )
 }
 
 pub struct CaseOpsTools<R> {
@@ -249,6 +372,148 @@ impl<R: CaseRepository> ToolHandlers for CaseOpsTools<R> {
             rule_version: rule.as_ref().map(|r| r.rule_version.clone()),
             confidence: rule.as_ref().map(|r| r.confidence),
             evidence_ref: doc.evidence_ref,
+        })
+    }
+
+    async fn caseops_request_missing_documents(
+        &self,
+        ctx: &CallContext,
+        input: CaseopsRequestMissingDocumentsInput,
+        trusted: CaseopsRequestMissingDocumentsTrusted,
+    ) -> Result<CaseopsRequestMissingDocumentsOutput, ToolError> {
+        let case = self.case(ctx, &input.case_id).await?;
+        let policy = self
+            .repo
+            .policy(&ctx.tenant_id, &case.policy_id, &case.policy_version)
+            .await?
+            .ok_or_else(|| {
+                ToolError::business("POLICY_NOT_FOUND", "the case's policy is not available")
+            })?;
+        if let Some(code) = input
+            .document_codes
+            .iter()
+            .find(|c| !policy.required.iter().any(|(r, _)| r == *c))
+        {
+            return Err(ToolError::business(
+                "DOCUMENT_NOT_REQUIRED",
+                format!("the case's policy does not require `{code}`"),
+            ));
+        }
+        let key = trusted.idempotency_key;
+        let request = DocumentRequest {
+            tenant_id: ctx.tenant_id.clone(),
+            request_id: format!("REQ-{}", key.get(..12).unwrap_or(&key).to_uppercase()),
+            case_id: case.case_id,
+            idempotency_key: key,
+            document_codes: input.document_codes,
+            status: "requested".into(),
+        };
+        let first = self.repo.request_documents(&request).await?;
+        Ok(CaseopsRequestMissingDocumentsOutput {
+            evidence_ref: request_ref(&first),
+            status: decode_enum(&first.status)?,
+            request_id: first.request_id,
+            case_id: first.case_id,
+            document_codes: first.document_codes,
+        })
+    }
+
+    async fn caseops_mark_case_ready_for_assessment(
+        &self,
+        ctx: &CallContext,
+        input: CaseopsMarkCaseReadyForAssessmentInput,
+        trusted: CaseopsMarkCaseReadyForAssessmentTrusted,
+    ) -> Result<CaseopsMarkCaseReadyForAssessmentOutput, ToolError> {
+        let case = self.case(ctx, &input.case_id).await?;
+        let transition = CaseTransition {
+            tenant_id: ctx.tenant_id.clone(),
+            case_id: case.case_id,
+            idempotency_key: trusted.idempotency_key,
+            from_status: WAITING_FOR_DOCUMENTS.into(),
+            to_status: READY_FOR_ASSESSMENT.into(),
+            from_version: input.case_version,
+            to_version: input.case_version + 1,
+        };
+        let made = self.repo.transition_case(&transition).await?;
+        Ok(transition_output(made))
+    }
+
+    async fn caseops_find_case_transition(
+        &self,
+        ctx: &CallContext,
+        input: CaseopsFindCaseTransitionInput,
+    ) -> Result<CaseopsFindCaseTransitionOutput, ToolError> {
+        let case = self.case(ctx, &input.case_id).await?;
+        // The key the transition tool was given for the same arguments.
+        let key = idempotency_key(
+            &ctx.tenant_id,
+            ToolId::CaseopsMarkCaseReadyForAssessment.contract(),
+            &json!({ "case_id": input.case_id, "case_version": input.case_version }),
+        );
+        let found = self
+            .repo
+            .case_transitions(&ctx.tenant_id, &case.case_id)
+            .await?
+            .into_iter()
+            .find(|t| Some(&t.idempotency_key) == key.as_ref());
+        Ok(match found {
+            Some(t) => {
+                let out = transition_output(t);
+                CaseopsFindCaseTransitionOutput {
+                    found: true,
+                    case_id: Some(out.case_id),
+                    status: Some(out.status),
+                    case_version: Some(out.case_version),
+                    previous_version: Some(out.previous_version),
+                    evidence_ref: out.evidence_ref,
+                }
+            }
+            None => CaseopsFindCaseTransitionOutput {
+                found: false,
+                case_id: None,
+                status: None,
+                case_version: None,
+                previous_version: None,
+                evidence_ref: format!("case://{}@{}", case.case_id, case.version),
+            },
+        })
+    }
+
+    async fn caseops_find_document_request(
+        &self,
+        ctx: &CallContext,
+        input: CaseopsFindDocumentRequestInput,
+    ) -> Result<CaseopsFindDocumentRequestOutput, ToolError> {
+        let case = self.case(ctx, &input.case_id).await?;
+        // The key the request tool was given for the same arguments.
+        let key = idempotency_key(
+            &ctx.tenant_id,
+            ToolId::CaseopsRequestMissingDocuments.contract(),
+            &json!({ "case_id": input.case_id, "document_codes": input.document_codes }),
+        );
+        let found = self
+            .repo
+            .document_requests(&ctx.tenant_id, &case.case_id)
+            .await?
+            .into_iter()
+            .find(|r| Some(&r.idempotency_key) == key.as_ref());
+        Ok(match found {
+            Some(r) => CaseopsFindDocumentRequestOutput {
+                found: true,
+                evidence_ref: request_ref(&r),
+                status: Some(decode_enum(&r.status)?),
+                request_id: Some(r.request_id),
+                case_id: Some(r.case_id),
+                document_codes: Some(r.document_codes),
+            },
+            None => CaseopsFindDocumentRequestOutput {
+                found: false,
+                evidence_ref: format!("case://{}@{}", case.case_id, case.version),
+                status: None,
+                request_id: None,
+                case_id: None,
+                document_codes: None,
+            },
         })
     }
 }

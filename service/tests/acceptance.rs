@@ -214,6 +214,68 @@ async fn the_c102_acceptance_run_meets_every_figure_on_every_backend() {
     }
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_c103_run_requests_the_missing_document_once_and_cites_the_request() {
+    for (backend, url) in fresh_databases("accept_c103").await {
+        let s = serve(&url);
+        let goal = json!({"goal": "Check whether claim case C-103 holds every required document."});
+        let (status, run) = post(&s.api, "C-103", DEMO, "c103-key-0001", goal.clone()).await;
+        assert_eq!(status, 201, "{backend}: {run}");
+        assert_eq!(run["status"], "completed", "{backend}: {run}");
+        assert_eq!(run["step_count"], 5);
+        let r = &run["result"];
+        assert_eq!(r["outcome"], "MISSING_REQUIRED_DOCUMENTS");
+        assert_eq!(r["missing_document_codes"], json!(["ACCIDENT_CERTIFICATE"]));
+        assert_eq!(r["resolved_document_codes"], json!([]));
+        let refs = r["evidence_refs"].as_array().unwrap();
+        let request = refs
+            .iter()
+            .filter_map(Value::as_str)
+            .find(|r| r.starts_with("request://C-103/REQ-"))
+            .unwrap_or_else(|| panic!("{backend}: no request cited: {r}"))
+            .to_string();
+        let run_id = run["run_id"].as_str().unwrap();
+        let ledger = get(&s.api, &format!("/v1/agent-runs/{run_id}/tool-executions")).await;
+        let rows = ledger["tool_executions"].as_array().unwrap();
+        let names: Vec<&str> = rows
+            .iter()
+            .map(|r| r["tool_name"].as_str().unwrap())
+            .collect();
+        assert_eq!(
+            names,
+            [
+                "caseops_get_case_snapshot",
+                "caseops_get_policy_requirements",
+                "caseops_list_unclassified_documents",
+                "caseops_resolve_document_alias",
+                "caseops_request_missing_documents"
+            ]
+        );
+        assert_eq!(
+            rows[3]["result"]["resolved"], false,
+            "no alias rule resolves it"
+        );
+        assert_eq!(
+            rows[4]["arguments"],
+            json!({"case_id": "C-103", "document_codes": ["ACCIDENT_CERTIFICATE"]}),
+            "{backend}: the idempotency key never travels in the arguments"
+        );
+
+        // A second run on the case makes the same business request: it gets the
+        // first one back, and no second request exists.
+        let (status, again) = post(&s.api, "C-103", DEMO, "c103-key-0002", goal).await;
+        assert_eq!(status, 201, "{backend}: {again}");
+        assert!(
+            again["result"]["evidence_refs"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|r| r == request.as_str()),
+            "{backend}: {again}"
+        );
+    }
+}
+
 #[test]
 fn production_mode_refuses_sqlite_and_development_keys() {
     let out = Command::new(env!("CARGO_BIN_EXE_caseops"))

@@ -1,7 +1,7 @@
 //! `docs/adding-a-tool.md`, followed literally on a copy of the repository: its
 //! `# create`, `# insert into`, `# replace in` and `# append to` blocks are applied,
 //! the copy is checked, tested, built and served, and a run (planned by a stand-in
-//! for the model API) calls the new write tool over MCP.
+//! for the model API) calls the new tool over MCP.
 //!
 //! It builds a second copy of the workspace, so it is `#[ignore]`d in the default
 //! run; `.ci/run` runs it on its own after the suite:
@@ -168,12 +168,12 @@ async fn model(replies: Vec<Value>) -> (String, Arc<Mutex<Vec<Value>>>) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "builds a copy of the workspace; .ci/run runs it with --ignored"]
-async fn following_the_walk_through_makes_a_new_write_tool_callable_in_a_run() {
+async fn following_the_walk_through_makes_a_new_tool_callable_in_a_run() {
     caseops_host::install_tls_provider();
     let dir = std::env::temp_dir().join(format!("caseops-adding-{}", uuid::Uuid::new_v4()));
     copy_tree(&repo(), &dir);
     let steps = steps();
-    assert!(steps.len() >= 6, "only {} steps found", steps.len());
+    assert!(steps.len() >= 4, "only {} steps found", steps.len());
     for (header, body) in &steps {
         apply(&dir, header, body);
     }
@@ -188,12 +188,12 @@ async fn following_the_walk_through_makes_a_new_write_tool_callable_in_a_run() {
     );
 
     let call = json!({"output": [{"type": "function_call", "call_id": "c1",
-        "name": "caseops_request_missing_document",
-        "arguments": json!({"case_id": "C-102", "document_code": "ACCIDENT_CERTIFICATE"}).to_string()}],
+        "name": "caseops_list_document_requests",
+        "arguments": json!({"case_id": "C-102"}).to_string()}],
         "usage": {"total_tokens": 40}});
     // Without the snapshot and the policy only INSUFFICIENT_EVIDENCE follows, and the
-    // answer cites what the run observed: the request's own reference.
-    let answer = json!({"outcome": "INSUFFICIENT_EVIDENCE", "summary": "requested the accident certificate",
+    // answer cites what the run observed: the listing's own reference.
+    let answer = json!({"outcome": "INSUFFICIENT_EVIDENCE", "summary": "no document was requested yet",
         "received_document_codes": [], "resolved_document_codes": [],
         "missing_document_codes": [], "evidence_refs": ["{EVIDENCE}"]});
     let done = json!({"output": [{"type": "message", "content": [{"type": "output_text", "text": answer.to_string()}]}],
@@ -221,8 +221,8 @@ async fn following_the_walk_through_makes_a_new_write_tool_callable_in_a_run() {
     let run: Value = reqwest::Client::new()
         .post(format!("{api}/v1/cases/C-102/agent-runs"))
         .header("X-API-Key", "dev-key-tenant-demo")
-        .header("Idempotency-Key", "request-docs-0001")
-        .json(&json!({"goal": "Request every document case C-102 is missing."}))
+        .header("Idempotency-Key", "list-requests-0001")
+        .json(&json!({"goal": "Which documents were already requested for case C-102?"}))
         .send()
         .await
         .unwrap()
@@ -247,7 +247,7 @@ async fn following_the_walk_through_makes_a_new_write_tool_callable_in_a_run() {
     // had to allow its risk.
     let offered = seen.lock().unwrap()[0]["tools"].to_string();
     assert!(
-        offered.contains("caseops_request_missing_document"),
+        offered.contains("caseops_list_document_requests"),
         "{offered}"
     );
     assert_eq!(run["status"], "completed", "{run}");
@@ -258,14 +258,12 @@ async fn following_the_walk_through_makes_a_new_write_tool_callable_in_a_run() {
         .unwrap_or_default();
     let row = rows
         .iter()
-        .find(|r| r["tool_name"] == "caseops_request_missing_document")
+        .find(|r| r["tool_name"] == "caseops_list_document_requests")
         .unwrap_or_else(|| panic!("not in the ledger: {ledger}"));
     assert_eq!(row["status"], "succeeded", "{row}");
-    assert!(
-        row["result"]["request_id"]
-            .as_str()
-            .unwrap()
-            .starts_with("REQ-"),
+    assert_eq!(row["result"]["requests"], json!([]), "{row}");
+    assert_eq!(
+        row["result"]["evidence_ref"], "case://C-102@7/document-requests",
         "{row}"
     );
     let _ = std::fs::remove_dir_all(&dir);

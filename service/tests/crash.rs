@@ -1,7 +1,10 @@
 //! Crash recovery with real processes: `caseops serve` is killed with SIGKILL right
 //! after each commit point of a C-102 run in turn; a new process resumes the run with
-//! the same Idempotency-Key. Needs the `fault-injection` feature (the README's test
-//! command enables all features).
+//! the same Idempotency-Key. A C-103 run, which makes a document request (a write), is
+//! killed at each of its commit points, right after the write's effect and before its
+//! commit, and stalled by a tool server that applies the effect and never answers:
+//! every time the request is made exactly once. Needs the `fault-injection` feature
+//! (the README's test command enables all features).
 #![cfg(feature = "fault-injection")]
 
 mod db_support;
@@ -31,6 +34,12 @@ impl Drop for Serve {
 }
 
 fn serve(database: &str, kill_at: Option<usize>) -> Serve {
+    let fault = kill_at.map(|n| ("CASEOPS_FAULT_KILL_AT_COMMIT", n.to_string()));
+    serve_with(database, fault)
+}
+
+/// `caseops serve` with one fault-injection variable set (and the others removed).
+fn serve_with(database: &str, fault: Option<(&str, String)>) -> Serve {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_caseops"));
     cmd.args([
         "serve",
@@ -45,10 +54,16 @@ fn serve(database: &str, kill_at: Option<usize>) -> Serve {
     ])
     .stdout(Stdio::piped())
     .stderr(Stdio::null());
-    match kill_at {
-        Some(n) => cmd.env("CASEOPS_FAULT_KILL_AT_COMMIT", n.to_string()),
-        None => cmd.env_remove("CASEOPS_FAULT_KILL_AT_COMMIT"),
-    };
+    for var in [
+        "CASEOPS_FAULT_KILL_AT_COMMIT",
+        "CASEOPS_FAULT_KILL_AFTER_TOOL",
+        "CASEOPS_FAULT_HANG_AFTER_TOOL",
+    ] {
+        cmd.env_remove(var);
+    }
+    if let Some((var, value)) = fault {
+        cmd.env(var, value);
+    }
     let mut child = cmd.spawn().unwrap();
     let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
     let api = lines.find_map(|l| {
@@ -61,8 +76,12 @@ fn serve(database: &str, kill_at: Option<usize>) -> Serve {
 }
 
 async fn post(api: &str, key: &str) -> Result<(u16, Value), reqwest::Error> {
+    post_case(api, "C-102", key).await
+}
+
+async fn post_case(api: &str, case: &str, key: &str) -> Result<(u16, Value), reqwest::Error> {
     let r = reqwest::Client::new()
-        .post(format!("{api}/v1/cases/C-102/agent-runs"))
+        .post(format!("{api}/v1/cases/{case}/agent-runs"))
         .header("x-api-key", "dev-key-tenant-demo")
         .header("idempotency-key", key)
         .json(&json!({"goal": "Check whether claim case C-102 holds every required document."}))
@@ -166,6 +185,135 @@ async fn a_run_killed_at_any_commit_point_resumes_to_the_same_result() {
             // The ledger agrees with the checkpoints: one observation per success.
             let observed = cps.iter().filter(|c| c["to"] == "observing").count();
             assert_eq!(observed, 4, "{backend} @{n}");
+        }
+    }
+}
+
+/// Commit points of a clean C-103 run: before each of 5 tools, terminal.
+const C103_COMMIT_POINTS: usize = 6;
+const REQUEST_TOOL: &str = "caseops_request_missing_documents";
+
+/// Polls a run until it is terminal (a sweeper may be finishing it).
+async fn finished(api: &str, run: Value) -> Value {
+    let mut run = run;
+    for _ in 0..50 {
+        if ["completed", "failed", "stopped", "needs_human"]
+            .contains(&run["status"].as_str().unwrap_or(""))
+        {
+            return run;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        run = get(
+            api,
+            &format!("/v1/agent-runs/{}", run["run_id"].as_str().unwrap()),
+        )
+        .await;
+    }
+    run
+}
+
+async fn business_rows(url: &str, table: &str) -> i64 {
+    let db = caseops_host::store::Db::open_existing(url, 1, &caseops_service::reference::SCHEMA)
+        .await
+        .unwrap();
+    let rows = db
+        .fetch_all(&format!("SELECT COUNT(*) AS n FROM {table}"), &[])
+        .await
+        .unwrap();
+    let n: i64 = rows[0].get("n").unwrap();
+    let verified = caseops_host::store::audit::verify(&db).await.unwrap();
+    assert!(verified.problems.is_empty(), "{:?}", verified.problems);
+    n
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_document_request_is_made_exactly_once_whatever_kills_or_stalls_its_run() {
+    let mut faults: Vec<(String, (&str, String))> = (1..=C103_COMMIT_POINTS)
+        .map(|n| {
+            (
+                format!("killed after commit {n}"),
+                ("CASEOPS_FAULT_KILL_AT_COMMIT", n.to_string()),
+            )
+        })
+        .collect();
+    faults.push((
+        "killed after the effect, before its commit".into(),
+        ("CASEOPS_FAULT_KILL_AFTER_TOOL", REQUEST_TOOL.into()),
+    ));
+    faults.push((
+        "tool server times out after the effect".into(),
+        ("CASEOPS_FAULT_HANG_AFTER_TOOL", REQUEST_TOOL.into()),
+    ));
+    for (i, (what, fault)) in faults.into_iter().enumerate() {
+        let stalls = fault.0 == "CASEOPS_FAULT_HANG_AFTER_TOOL";
+        for (backend, url) in fresh_databases(&format!("crash_write_{i}")).await {
+            let key = format!("crash-write-{i:02}");
+            let dying = serve_with(&url, Some(fault.clone()));
+            let first = post_case(dying.api.as_deref().unwrap(), "C-103", &key).await;
+            let run = if stalls {
+                // The same process settles the unknown effect through `confirm_with`.
+                let (status, run) = first.unwrap();
+                assert_eq!(status, 201, "{backend}, {what}: {run}");
+                finished(dying.api.as_deref().unwrap(), run).await
+            } else {
+                assert!(
+                    first.is_err() || first.as_ref().unwrap().0 >= 500,
+                    "{backend}, {what}: the process should have died: {first:?}"
+                );
+                drop(dying);
+                tokio::time::sleep(Duration::from_millis(1100)).await;
+                let next = serve(&url, None);
+                let api = next.api.clone().unwrap();
+                let (status, run) = post_case(&api, "C-103", &key).await.unwrap();
+                assert!(
+                    status == 200 || status == 201,
+                    "{backend}, {what}: {status} {run}"
+                );
+                let run = finished(&api, run).await;
+                let ledger = get(
+                    &api,
+                    &format!(
+                        "/v1/agent-runs/{}/tool-executions",
+                        run["run_id"].as_str().unwrap()
+                    ),
+                )
+                .await;
+                let writes: Vec<&Value> = ledger["tool_executions"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .filter(|r| r["tool_name"] == REQUEST_TOOL)
+                    .collect();
+                assert_eq!(
+                    writes.iter().filter(|r| r["status"] == "succeeded").count(),
+                    1,
+                    "{backend}, {what}: {writes:?}"
+                );
+                run
+            };
+            assert_eq!(run["status"], "completed", "{backend}, {what}: {run}");
+            let result = &run["result"];
+            assert_eq!(
+                result["outcome"], "MISSING_REQUIRED_DOCUMENTS",
+                "{backend}, {what}"
+            );
+            assert_eq!(
+                result["missing_document_codes"],
+                json!(["ACCIDENT_CERTIFICATE"])
+            );
+            assert!(
+                result["evidence_refs"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .any(|r| r.as_str().unwrap().starts_with("request://C-103/REQ-")),
+                "{backend}, {what}: {result}"
+            );
+            assert_eq!(
+                business_rows(&url, "document_requests").await,
+                1,
+                "{backend}, {what}: exactly one document request"
+            );
         }
     }
 }

@@ -578,36 +578,71 @@ async fn claiming_due_runs_takes_expired_and_released_leases_once_each() {
 }
 
 #[tokio::test]
-async fn a_write_effect_is_recorded_once_per_key_and_the_first_comes_back() {
-    use caseops_service::tools::{CaseRepository, Effect};
+async fn a_write_is_recorded_once_per_key_and_the_first_comes_back() {
+    use caseops_service::domain::{CaseTransition, DocumentRequest};
+    use caseops_service::tools::CaseRepository;
     for (backend, url) in fresh_databases("effects").await {
         let (db, _, _) = setup(&url).await;
         let repo = SqlRepository { db: db.clone() };
-        let effect = |payload: &'static Value| Effect {
-            tenant: "tenant-demo",
-            case_id: "C-102",
-            tool: "caseops_request_missing_document",
-            key: "key-1",
-            payload,
+        let request = |id: &str| DocumentRequest {
+            tenant_id: "tenant-demo".into(),
+            case_id: "C-103".into(),
+            request_id: id.into(),
+            idempotency_key: "key-1".into(),
+            document_codes: vec!["ACCIDENT_CERTIFICATE".into()],
+            status: "requested".into(),
         };
-        static FIRST: std::sync::LazyLock<Value> =
-            std::sync::LazyLock::new(|| serde_json::json!({"request_id": "REQ-1"}));
-        static SECOND: std::sync::LazyLock<Value> =
-            std::sync::LazyLock::new(|| serde_json::json!({"request_id": "REQ-2"}));
-        assert_eq!(repo.apply_once(effect(&FIRST)).await.unwrap(), *FIRST);
+        assert_eq!(
+            repo.request_documents(&request("REQ-1")).await.unwrap(),
+            request("REQ-1")
+        );
         // The same key again (a retry, a resumed run): the first effect, no second.
         assert_eq!(
-            repo.apply_once(effect(&SECOND)).await.unwrap(),
-            *FIRST,
+            repo.request_documents(&request("REQ-2")).await.unwrap(),
+            request("REQ-1"),
             "{backend}"
         );
-        let n = db
-            .fetch_optional("SELECT COUNT(*) AS n FROM tool_effects", &[])
-            .await
-            .unwrap()
-            .unwrap()
-            .get::<i64>("n")
-            .unwrap();
-        assert_eq!(n, 1, "{backend}");
+        let count = |table: &'static str| {
+            let db = db.clone();
+            async move {
+                db.fetch_optional(&format!("SELECT COUNT(*) AS n FROM {table}"), &[])
+                    .await
+                    .unwrap()
+                    .unwrap()
+                    .get::<i64>("n")
+                    .unwrap()
+            }
+        };
+        assert_eq!(count("document_requests").await, 1, "{backend}");
+
+        let transition = |key: &str| CaseTransition {
+            tenant_id: "tenant-demo".into(),
+            case_id: "C-104".into(),
+            idempotency_key: key.into(),
+            from_status: "waiting_for_documents".into(),
+            to_status: "ready_for_assessment".into(),
+            from_version: 1,
+            to_version: 2,
+        };
+        assert_eq!(
+            repo.transition_case(&transition("t-1")).await.unwrap(),
+            transition("t-1")
+        );
+        assert_eq!(
+            repo.transition_case(&transition("t-1")).await.unwrap(),
+            transition("t-1"),
+            "{backend}: the same key gets the first transition back"
+        );
+        let moved = repo.case("tenant-demo", "C-104").await.unwrap().unwrap();
+        assert_eq!(
+            (moved.status.as_str(), moved.version),
+            ("ready_for_assessment", 2)
+        );
+        let err = repo.transition_case(&transition("t-2")).await.unwrap_err();
+        assert!(
+            err.to_string().contains("CASE_STATUS_CHANGED"),
+            "{backend}: another key finds the case moved on: {err}"
+        );
+        assert_eq!(count("case_transitions").await, 1, "{backend}");
     }
 }

@@ -72,6 +72,10 @@ fn now() -> u64 {
         .unwrap_or(0)
 }
 
+/// The code of a request that went out and got no answer (the connection was cut, or
+/// a gateway gave up on the server).
+const NO_ANSWER: &str = "MCP_NO_ANSWER";
+
 fn transient(message: impl Into<String>) -> ExecError {
     ExecError::Transient {
         code: "MCP_UNAVAILABLE".into(),
@@ -177,14 +181,26 @@ impl<B: ContractBundle> McpClient<B> {
         if let Some(parent) = crate::traces::traceparent() {
             req = req.header("traceparent", parent);
         }
-        let resp = req.send().await.map_err(|e| transient(e.to_string()))?;
+        // Refused before anything was sent: safe to retry. Lost after the request went
+        // out: the server may have acted (for a write, an unknown effect).
+        let lost = |e: reqwest::Error| ExecError::Transient {
+            code: NO_ANSWER.into(),
+            message: e.to_string(),
+        };
+        let resp = req.send().await.map_err(|e| {
+            if e.is_connect() {
+                transient(e.to_string())
+            } else {
+                lost(e)
+            }
+        })?;
         let status = resp.status();
         let is_sse = resp
             .headers()
             .get("content-type")
             .and_then(|v| v.to_str().ok())
             .is_some_and(|v| v.starts_with("text/event-stream"));
-        let text = resp.text().await.map_err(|e| transient(e.to_string()))?;
+        let text = resp.text().await.map_err(lost)?;
         match status.as_u16() {
             202 => return Ok(None),
             200 => {}
@@ -211,7 +227,12 @@ impl<B: ContractBundle> McpClient<B> {
                     message: format!("the mcp server refused the request: {why}"),
                 });
             }
-            502..=504 => return Err(transient(format!("HTTP {status}"))),
+            502..=504 => {
+                return Err(ExecError::Transient {
+                    code: NO_ANSWER.into(),
+                    message: format!("HTTP {status}"),
+                });
+            }
             _ => return Err(ExecError::Protocol(format!("HTTP {status}"))),
         }
         let message = if is_sse {
@@ -387,7 +408,14 @@ impl<B: ContractBundle> Executor for McpClient<B> {
         if let Some(parent) = crate::traces::traceparent() {
             params["_meta"] = json!({ "traceparent": parent });
         }
-        let result = self.request(&token, "tools/call", params).await?;
+        let result = match self.request(&token, "tools/call", params).await {
+            Err(ExecError::Transient { code, message })
+                if code == NO_ANSWER && call.tool.risk.is_write() =>
+            {
+                return Err(ExecError::UnknownEffect(message));
+            }
+            other => other?,
+        };
         if result["isError"] == json!(true) {
             let s = &result["structuredContent"];
             let code = s["code"].as_str().unwrap_or("TOOL_ERROR").to_string();

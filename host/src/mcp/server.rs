@@ -433,6 +433,7 @@ impl<B: ContractBundle, D: ToolDispatch + 'static> McpServer<B, D> {
         }
         let called = self.dispatch.call(tool, &ctx, arguments).await;
         crate::fault::after_tool(tool.name);
+        crate::fault::hang_after_tool(tool.name).await;
         match called {
             Ok(result) => {
                 if let Err(errors) = self.validators.output(tool.name, &result) {

@@ -92,6 +92,15 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/v1/agent-runs/{run_id}/tool-executions", get(get_ledger))
         .route("/v1/agent-runs/{run_id}/checkpoints", get(get_checkpoints))
         .route("/v1/agent-runs/{run_id}/events", get(crate::events::stream))
+        .route("/v1/approvals", get(crate::approvals_api::list))
+        .route(
+            "/v1/approvals/{approval_id}",
+            get(crate::approvals_api::get),
+        )
+        .route(
+            "/v1/approvals/{approval_id}/decision",
+            post(crate::approvals_api::decide),
+        )
         .route("/health/live", get(|| async { "ok" }))
         .route("/health/ready", get(ready))
         .route("/metrics", get(metrics))
@@ -752,7 +761,7 @@ fn openapi(contract: &RunContract) -> Value {
                     "required": ["run_id", field, "status", "state", "step_count", "replayed"],
                     "properties": {
                         "run_id": {"type": "string"}, field: {"type": "string"},
-                        "status": { "type": "string", "enum": ["running", "completed", "needs_human", "stopped", "failed"] },
+                        "status": { "type": "string", "enum": ["running", "waiting_approval", "completed", "needs_human", "stopped", "failed"] },
                         "state": {"type": "string"}, "step_count": {"type": "integer", "minimum": 0},
                         "stop_reason": nullable("string"),
                         "result": { "description": "the final answer once the run completed", "anyOf": [final_answer, {"type": "null"}] },
@@ -791,6 +800,29 @@ fn openapi(contract: &RunContract) -> Value {
                         "type": "object", "required": ["sequence", "from", "to"],
                         "properties": { "sequence": {"type": "integer"}, "from": {"type": "string"}, "to": {"type": "string"}, "at_ms": {"type": "integer"}, "reason": nullable("string") },
                     } } },
+                },
+                "Approval": {
+                    "type": "object",
+                    "required": ["approval_id", "run_id", "tool_call_id", "tool", "arguments", "action_fingerprint", "approver_role", "requested_by", "status", "created_at_ms", "expires_at_ms"],
+                    "properties": {
+                        "approval_id": {"type": "string"}, "run_id": {"type": "string"}, "tool_call_id": {"type": "string"},
+                        "tool": {"type": "string"}, "arguments": {"type": "object"}, "action_fingerprint": {"type": "string"},
+                        "approver_role": {"type": "string"}, "requested_by": {"type": "string"},
+                        "status": { "type": "string", "enum": ["pending", "approved", "rejected", "expired"] },
+                        "created_at_ms": {"type": "integer"}, "expires_at_ms": {"type": "integer"},
+                        "decided_by": nullable("string"), "decided_at_ms": nullable("integer"), "comment": nullable("string"),
+                    },
+                },
+                "Approvals": {
+                    "type": "object", "required": ["approvals"],
+                    "properties": { "approvals": { "type": "array", "items": { "$ref": "#/components/schemas/Approval" } } },
+                },
+                "Decision": {
+                    "type": "object", "required": ["decision"], "additionalProperties": false,
+                    "properties": {
+                        "decision": { "type": "string", "enum": ["approve", "reject"] },
+                        "comment": { "type": ["string", "null"], "maxLength": 2000 },
+                    },
                 },
                 "Readiness": {
                     "type": "object", "required": ["status", "database", "mcp"],
@@ -856,6 +888,33 @@ fn openapi(contract: &RunContract) -> Value {
                 "operationId": "getCheckpoints", "summary": "The run's checkpoints", "parameters": [run_id],
                 "responses": { "200": ok("checkpoints, in order", "Checkpoints"), "401": unauthorized, "404": unknown_run, "503": unavailable },
             } },
+            "/v1/approvals": { "get": {
+                "operationId": "listApprovals", "summary": "The tenant's approvals, newest first",
+                "parameters": [
+                    { "name": "status", "in": "query", "required": false, "schema": { "type": "string", "enum": ["pending", "approved", "rejected", "expired"] } },
+                    { "name": "limit", "in": "query", "required": false, "schema": { "type": "integer", "minimum": 1, "maximum": 500 } },
+                ],
+                "responses": { "200": ok("approvals", "Approvals"), "401": unauthorized, "422": err("an unknown status or parameter"), "503": unavailable },
+            } },
+            "/v1/approvals/{approval_id}": { "get": {
+                "operationId": "getApproval", "summary": "One approval",
+                "parameters": [ { "name": "approval_id", "in": "path", "required": true, "schema": { "type": "string" } } ],
+                "responses": { "200": ok("the approval", "Approval"), "401": unauthorized, "404": err("no such approval for this tenant"), "503": unavailable },
+            } },
+            "/v1/approvals/{approval_id}/decision": { "post": {
+                "operationId": "decideApproval",
+                "summary": "Approve or reject a pending approval",
+                "description": "Needs the `approval:decide` scope and a principal other than the one that started the run (separation of duties). Approved, the run resumes on a worker and executes exactly the approved call; rejected, it stops with `APPROVAL_REJECTED`.",
+                "parameters": [ { "name": "approval_id", "in": "path", "required": true, "schema": { "type": "string" } } ],
+                "requestBody": { "required": true, "content": { "application/json": { "schema": { "$ref": "#/components/schemas/Decision" } } } },
+                "responses": {
+                    "200": ok("the decided approval", "Approval"), "401": unauthorized,
+                    "403": err("no `approval:decide` scope, or the run's own requester"),
+                    "404": err("no such approval for this tenant"),
+                    "409": err("already decided, or expired"),
+                    "413": err("body larger than 16 KiB"), "422": err("invalid body"), "503": unavailable,
+                },
+            } },
             "/health/live": { "get": {
                 "summary": "Liveness: the process answers", "security": open,
                 "responses": { "200": { "description": "`ok`", "content": { "text/plain": { "schema": { "type": "string" } } } } },
@@ -898,6 +957,9 @@ mod tests {
         ("/v1/agent-runs/{run_id}/tool-executions", "get"),
         ("/v1/agent-runs/{run_id}/checkpoints", "get"),
         ("/v1/agent-runs/{run_id}/events", "get"),
+        ("/v1/approvals", "get"),
+        ("/v1/approvals/{approval_id}", "get"),
+        ("/v1/approvals/{approval_id}/decision", "post"),
         ("/health/live", "get"),
         ("/health/ready", "get"),
         ("/metrics", "get"),

@@ -163,6 +163,11 @@ pub struct ServeArgs {
     /// take the run over (its driver renews it every third of this).
     #[arg(long, env = "CASEOPS_LEASE_SECONDS", default_value_t = 5)]
     pub lease_seconds: u64,
+    /// Seconds a person has to approve or reject a call that needs approval (an
+    /// irreversible write); past it the approval expires and its run stops with
+    /// `APPROVAL_EXPIRED`.
+    #[arg(long, env = "CASEOPS_APPROVAL_TTL_SECONDS", default_value_t = 86_400)]
+    pub approval_ttl_seconds: u64,
     /// Runs this process drives at once; more wait for a free worker here or
     /// on another replica.
     #[arg(long, env = "CASEOPS_WORKERS", default_value_t = 64)]
@@ -238,6 +243,7 @@ impl ServeArgs {
                 OnlyArg::Mcp => Only::Mcp,
             }),
             lease_ms: (self.lease_seconds.max(1) * 1000) as i64,
+            approval_ttl: Duration::from_secs(self.approval_ttl_seconds.max(1)),
             workers: self.workers,
             limits: crate::http::Limits {
                 header_read: Duration::from_secs(self.header_timeout_seconds.max(1)),
@@ -392,18 +398,33 @@ pub fn parse_api_keys(
         .filter(|e| !e.is_empty())
         .enumerate()
     {
-        let bad = || format!("CASEOPS_API_KEYS entry {} is not `key=tenant:actor`", i + 1);
-        let (key, who) = entry.split_once('=').ok_or_else(bad)?;
+        let bad = || {
+            format!(
+                "CASEOPS_API_KEYS entry {} is not `key=tenant:actor` (optionally followed by ` +scope`, e.g. ` +approval:decide`)",
+                i + 1
+            )
+        };
+        let (key, rest) = entry.split_once('=').ok_or_else(bad)?;
+        let mut words = rest.split_whitespace();
+        let who = words.next().ok_or_else(bad)?;
         let (tenant, actor) = who.split_once(':').ok_or_else(bad)?;
         if key.len() < 16 || tenant.is_empty() || actor.is_empty() {
             return Err(format!("{} (keys are at least 16 characters)", bad()));
+        }
+        // Scopes beyond the tools' (deciding approvals): granted per key.
+        let mut granted = scopes.to_vec();
+        for extra in words {
+            match extra.strip_prefix('+') {
+                Some(scope) if !scope.is_empty() => granted.push(scope.to_string()),
+                _ => return Err(bad()),
+            }
         }
         keys.insert(
             key.to_string(),
             ApiPrincipal {
                 tenant_id: tenant.into(),
                 actor: actor.into(),
-                scopes: scopes.to_vec(),
+                scopes: granted,
             },
         );
     }
@@ -589,5 +610,32 @@ pub async fn audit(cli: &HostCli, command: AuditCommand) -> Result<(), String> {
         Ok(())
     } else {
         Err("the audit trail does not verify".into())
+    }
+}
+
+#[cfg(test)]
+mod api_key_tests {
+    use super::parse_api_keys;
+
+    #[test]
+    fn an_api_key_entry_may_grant_extra_scopes_such_as_deciding_approvals() {
+        let tools = vec!["case:read".to_string()];
+        let keys = parse_api_keys(
+            "k3y-0123456789abcdef=tenant-acme:user:alice; k3y-fedcba9876543210=tenant-acme:user:bob +approval:decide",
+            &tools,
+        )
+        .unwrap();
+        assert_eq!(keys["k3y-0123456789abcdef"].scopes, ["case:read"]);
+        assert_eq!(keys["k3y-0123456789abcdef"].actor, "user:alice");
+        assert_eq!(
+            keys["k3y-fedcba9876543210"].scopes,
+            ["case:read", "approval:decide"]
+        );
+        let err = parse_api_keys(
+            "k3y-0123456789abcdef=tenant-acme:user:bob approval:decide",
+            &tools,
+        )
+        .unwrap_err();
+        assert!(err.contains("entry 1") && err.contains("+scope"), "{err}");
     }
 }

@@ -54,6 +54,8 @@ pub struct HostConfig {
     pub workers: usize,
     /// Timeouts and the connection limit of both listeners.
     pub limits: Limits,
+    /// How long a person has to decide on a call that needs approval.
+    pub approval_ttl: std::time::Duration,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -228,7 +230,9 @@ where
             .for_bundle::<B>()
             .with_lease_ms(config.lease_ms)
             .with_signals(signals.clone());
-        let mut engine = Engine::<B>::new().map_err(|e| HostError::Setup(e.to_string()))?;
+        let mut engine = Engine::<B>::new()
+            .map_err(|e| HostError::Setup(e.to_string()))?
+            .with_approval_ttl(config.approval_ttl);
         if let Some(check) = app.conclusion {
             engine = engine.with_conclusion_check(check);
         }

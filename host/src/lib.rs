@@ -3,8 +3,9 @@
 //!
 //! - [`host`]: wiring — the database, the MCP tool server and the API on their
 //!   sockets, graceful shutdown;
-//! - [`api`], [`events`]: the HTTP API that starts runs (on the route the run
-//!   contract declares) and reads them, and their server-sent events;
+//! - [`api`], [`events`], [`approvals_api`]: the HTTP API that starts runs (on the
+//!   route the run contract declares) and reads them, their server-sent events, and
+//!   the approvals people decide;
 //! - [`mcp`]: the MCP server (tools behind audience-bound task tokens) and client;
 //! - [`store`]: SQLite and PostgreSQL runs with leases, idempotency, the audit
 //!   chain and the outbox, and the application's own migrations;
@@ -19,6 +20,7 @@
 //! that a resource exists (see `docs/` in the repository for a walk-through).
 
 pub mod api;
+pub mod approvals_api;
 pub mod cli;
 pub mod events;
 pub mod fault;

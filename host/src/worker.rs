@@ -347,6 +347,10 @@ impl Workers {
                     );
                 }
             }
+            // Parked for a person's decision: its commit let the lease go already.
+            Some(Err(RuntimeError::AwaitingApproval(_))) => {
+                tracing::info!(run_id, "run waits for an approval");
+            }
             // Another replica took the run over; it is theirs now.
             None | Some(Err(RuntimeError::Store(StoreError::LeaseLost { .. }))) => {}
             Some(Err(e)) => {
@@ -381,10 +385,21 @@ impl Workers {
     /// Claims due runs while workers are free, every `claim_every`, until stopped.
     async fn claim_loop(self: Arc<Self>) {
         let mut failing = false;
+        let mut expired_at = std::time::Instant::now();
         loop {
             tokio::select! {
                 () = self.stopping.cancelled() => return,
                 () = tokio::time::sleep(self.claim_every) => {}
+            }
+            // Approvals nobody decided in time expire (about once a second), which
+            // makes their runs due: the claim below picks them up.
+            if expired_at.elapsed() >= Duration::from_secs(1) {
+                expired_at = std::time::Instant::now();
+                match crate::store::approvals::expire_due(&self.runs.db, 100).await {
+                    Ok(0) => {}
+                    Ok(n) => tracing::info!(expired = n, "approvals expired"),
+                    Err(e) => tracing::warn!("caseops: expiring approvals failed: {e}"),
+                }
             }
             let free = self.slots.available_permits();
             if free == 0 {
@@ -438,7 +453,8 @@ impl Workers {
             if SqlRunStore::outcome_of(&record).is_some() {
                 return Ok(Waited::Finished(record));
             }
-            if tokio::time::Instant::now() >= deadline {
+            // Parked for a person: waiting longer here would only hold the client.
+            if tokio::time::Instant::now() >= deadline || record.status == "waiting_approval" {
                 return Ok(Waited::Pending(record));
             }
             tokio::select! {

@@ -8,7 +8,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use tracing::Instrument;
 
-use crate::authorization::{Authorization, AuthzDecision, AuthzLoadError, Principal};
+use crate::authorization::{Approval, Authorization, AuthzDecision, AuthzLoadError, Principal};
 use crate::bundle::ContractBundle;
 use crate::capability_filter::{self, Health};
 use crate::conclusion::{self, ConclusionCheck, NoDomainRules, Rejection};
@@ -25,7 +25,9 @@ use crate::protocol::{self, Decision};
 use crate::run::{CallStatus, Checkpoint, LedgerRow, Outcome, RunSpec, reasons};
 use crate::state::RunStateEnum;
 use crate::state_update::Controls;
-use crate::store::{Batch, CommitPoint, RunStore, StoreError};
+use crate::store::{
+    ApprovalRecord, ApprovalRequest, ApprovalStatus, Batch, CommitPoint, RunStore, StoreError,
+};
 use crate::telemetry;
 use crate::validation::{SchemaError, Validators};
 
@@ -45,6 +47,10 @@ pub enum RuntimeError {
     /// stopped and another driver may resume it.
     #[error("run `{0}` was handed over between steps")]
     Interrupted(String),
+    /// Not a failure: a call of the run waits for a person's approval; the run is
+    /// committed in `waiting_approval` and is driven again once it is decided.
+    #[error("run `{0}` waits for an approval")]
+    AwaitingApproval(String),
 }
 
 /// Asked between steps whether the driver should stop and hand its run over (a
@@ -93,8 +99,12 @@ pub struct Engine<B: ContractBundle> {
     health: Health,
     clock: Clock,
     conclusion_check: Arc<dyn ConclusionCheck>,
+    approval_ttl_ms: u64,
     _bundle: PhantomData<B>,
 }
+
+/// How long a person has to decide on a call by default: a day.
+pub const DEFAULT_APPROVAL_TTL_MS: u64 = 24 * 60 * 60 * 1000;
 
 /// The call in flight, kept in the snapshot so recovery knows what was pending.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -129,6 +139,8 @@ struct Run<S: RunStateEnum> {
     /// Per tool of the bundle's table: whether the policies could permit it in this
     /// run (fixed with the principal, so asked once).
     permitted: Vec<bool>,
+    /// The approval the next commit asks for.
+    asking: Option<ApprovalRequest>,
 }
 
 impl<S: RunStateEnum> Run<S> {
@@ -185,8 +197,15 @@ impl<B: ContractBundle> Engine<B> {
             health: Health::default(),
             clock: Arc::new(system_clock),
             conclusion_check: Arc::new(NoDomainRules),
+            approval_ttl_ms: DEFAULT_APPROVAL_TTL_MS,
             _bundle: PhantomData,
         })
+    }
+
+    /// How long a person has to decide on a call that needs approval.
+    pub fn with_approval_ttl(mut self, ttl: std::time::Duration) -> Self {
+        self.approval_ttl_ms = ttl.as_millis() as u64;
+        self
     }
 
     /// Replaces the bundle's budgets (e.g. a tenant with tighter limits).
@@ -311,6 +330,7 @@ impl<B: ContractBundle> Engine<B> {
             ledger: Vec::new(),
             principal: None,
             permitted: Vec::new(),
+            asking: None,
         };
         self.drive(&mut run, planner, executor, store, interrupt)
             .await
@@ -376,6 +396,7 @@ impl<B: ContractBundle> Engine<B> {
             ledger: Vec::new(),
             principal: None,
             permitted: Vec::new(),
+            asking: None,
         };
         if let Some(outcome) = &run.outcome
             && current.is_terminal()
@@ -384,8 +405,17 @@ impl<B: ContractBundle> Engine<B> {
         }
         let pending_state =
             ["tool_proposed", "tool_authorized", "tool_running"].contains(&current.as_str());
-        if pending_state {
-            let resumed = self.recover_pending(&mut run, executor, store).await?;
+        if current.as_str() == "waiting_approval" {
+            let resumed = self
+                .resume_approval(&mut run, stored.approval, executor, store)
+                .await?;
+            if let Some(outcome) = resumed {
+                return Ok(outcome);
+            }
+        } else if pending_state {
+            let resumed = self
+                .recover_pending(&mut run, stored.approval.as_ref(), executor, store)
+                .await?;
             if let Some(outcome) = resumed {
                 return Ok(outcome);
             }
@@ -399,6 +429,7 @@ impl<B: ContractBundle> Engine<B> {
     async fn recover_pending<E: Executor, St: RunStore>(
         &self,
         run: &mut Run<B::State>,
+        approval: Option<&ApprovalRecord>,
         executor: &E,
         store: &St,
     ) -> Result<Option<Outcome>, RuntimeError> {
@@ -434,18 +465,188 @@ impl<B: ContractBundle> Engine<B> {
                         .stop(run, "needs_human", reasons::UNSAFE_RESUME_POINT, store)
                         .await;
                 };
-                let call = self.tool_call(run, t, &row.tool_call_id, row.arguments.clone());
+                let call = self.tool_call(run, t, &row.tool_call_id, row.arguments.clone(), None);
                 let status = executor
                     .confirm_effect(&call, confirm)
                     .await
                     .unwrap_or(EffectStatus::Unknown);
                 self.settle_unknown(run, t, row, status, store).await
             }
+            // An irreversible write in flight: only proof that it took effect lets the
+            // run go on; anything else is a person's to settle.
+            Some(t) if t.risk == crate::contract::Risk::IrreversibleWrite => {
+                let confirmed = match t.effects.and_then(|e| B::tool(e.confirm_with)) {
+                    Some(confirm) => {
+                        let call =
+                            self.tool_call(run, t, &row.tool_call_id, row.arguments.clone(), None);
+                        executor.confirm_effect(&call, confirm).await.ok()
+                    }
+                    None => None,
+                };
+                // Proven not to have happened, and approved exactly as it stands: the
+                // approved action runs now, under the same idempotency key.
+                let approved = approval.is_some_and(|a| {
+                    a.status == ApprovalStatus::Approved
+                        && a.tool_call_id == row.tool_call_id
+                        && a.fingerprint == row.fingerprint
+                });
+                match confirmed {
+                    Some(status @ EffectStatus::Applied(_)) => {
+                        self.settle_unknown(run, t, row, status, store).await
+                    }
+                    Some(EffectStatus::NotApplied) if approved => {
+                        run.controls.recovered();
+                        let (arguments, id, fingerprint) = (
+                            row.arguments.clone(),
+                            row.tool_call_id.clone(),
+                            row.fingerprint.clone(),
+                        );
+                        self.execute_authorized(
+                            run,
+                            t,
+                            row,
+                            arguments,
+                            id,
+                            Some(fingerprint),
+                            executor,
+                            store,
+                        )
+                        .await
+                    }
+                    _ => {
+                        self.stop(run, "needs_human", reasons::UNSAFE_RESUME_POINT, store)
+                            .await
+                    }
+                }
+            }
             _ => {
                 self.stop(run, "needs_human", reasons::UNSAFE_RESUME_POINT, store)
                     .await
             }
         }
+    }
+
+    /// A run parked in `waiting_approval` is driven again: with the decision on record
+    /// for its waiting call it executes exactly that call (approved), or stops
+    /// (rejected, expired); with no decision yet it goes back to waiting.
+    async fn resume_approval<E: Executor, St: RunStore>(
+        &self,
+        run: &mut Run<B::State>,
+        approval: Option<ApprovalRecord>,
+        executor: &E,
+        store: &St,
+    ) -> Result<Option<Outcome>, RuntimeError> {
+        let waiting = run.pending.clone().map(|p| p.row);
+        let (Some(mut row), Some(tool)) = (
+            waiting.clone(),
+            waiting.as_ref().and_then(|r| B::tool(&r.tool_name)),
+        ) else {
+            return self
+                .stop(run, "needs_human", reasons::UNSAFE_RESUME_POINT, store)
+                .await;
+        };
+        let Some(approval) = approval.filter(|a| a.tool_call_id == row.tool_call_id) else {
+            return Err(RuntimeError::AwaitingApproval(run.spec.run_id.clone()));
+        };
+        let now = self.now();
+        let refuse = |run: &mut Run<B::State>, mut row: LedgerRow, code: &str| {
+            row.status = CallStatus::Denied;
+            row.error_class = Some("approval".into());
+            row.error_code = Some(code.to_string());
+            row.finished_at_ms = Some(now);
+            run.record(row);
+            run.controls.step_without_result();
+        };
+        let same_action = approval.fingerprint == row.fingerprint;
+        match approval.status {
+            ApprovalStatus::Pending => Err(RuntimeError::AwaitingApproval(run.spec.run_id.clone())),
+            ApprovalStatus::Rejected => {
+                refuse(run, row, reasons::APPROVAL_REJECTED);
+                self.stop(run, "stopped", reasons::APPROVAL_REJECTED, store)
+                    .await
+            }
+            ApprovalStatus::Expired => {
+                refuse(run, row, reasons::APPROVAL_EXPIRED);
+                self.stop(run, "stopped", reasons::APPROVAL_EXPIRED, store)
+                    .await
+            }
+            ApprovalStatus::Approved if !same_action => {
+                refuse(run, row, reasons::APPROVAL_MISMATCH);
+                self.stop(run, "needs_human", reasons::APPROVAL_MISMATCH, store)
+                    .await
+            }
+            ApprovalStatus::Approved => {
+                self.ensure_principal(run);
+                let decision = match &run.principal {
+                    Some(p) => self.authorization.authorize_with(
+                        p,
+                        tool,
+                        &row.arguments,
+                        Approval::Approved,
+                    ),
+                    None => {
+                        AuthzDecision::unevaluable("the run's entities could not be built".into())
+                    }
+                };
+                telemetry::authorization(tool.name, decision.reason());
+                if let AuthzDecision::Deny { reason, .. } = decision {
+                    row.status = CallStatus::Denied;
+                    row.error_class = Some("authorization".into());
+                    row.error_code = Some(reason.clone());
+                    row.finished_at_ms = Some(now);
+                    run.record(row);
+                    run.controls.step_without_result();
+                    return self.stop(run, "needs_human", &reason, store).await;
+                }
+                let arguments = row.arguments.clone();
+                let id = row.tool_call_id.clone();
+                let fingerprint = row.fingerprint.clone();
+                let span = telemetry::tool_span(tool.name, &id, &fingerprint, tool.risk.as_str());
+                self.execute_authorized(
+                    run,
+                    tool,
+                    row,
+                    arguments,
+                    id,
+                    Some(fingerprint),
+                    executor,
+                    store,
+                )
+                .instrument(span)
+                .await
+            }
+        }
+    }
+
+    /// Parks the run: the proposed call waits for a person's approval.
+    async fn await_approval<St: RunStore>(
+        &self,
+        run: &mut Run<B::State>,
+        tool: &'static ToolContract,
+        mut row: LedgerRow,
+        store: &St,
+    ) -> Result<Option<Outcome>, RuntimeError> {
+        let now = self.now();
+        row.status = CallStatus::WaitingApproval;
+        run.record(row.clone());
+        run.pending = Some(Pending { row: row.clone() });
+        run.go(state("waiting_approval"), Some("approval requested"), now)?;
+        // Derived from the call, so a repeated commit of the same request is one approval.
+        let id = crate::fingerprint::sha256_hex(
+            format!("{}\0{}", run.spec.run_id, row.tool_call_id).as_bytes(),
+        );
+        run.asking = Some(ApprovalRequest {
+            approval_id: format!("apr-{}", &id[..32]),
+            tool_call_id: row.tool_call_id.clone(),
+            tool_name: tool.name.to_string(),
+            arguments: row.arguments.clone(),
+            fingerprint: row.fingerprint.clone(),
+            approver_role: tool.approval.unwrap_or_default().to_string(),
+            expires_at_ms: now + self.approval_ttl_ms,
+        });
+        self.commit(run, CommitPoint::AwaitingApproval, store)
+            .await?;
+        Err(RuntimeError::AwaitingApproval(run.spec.run_id.clone()))
     }
 
     /// Resolves a write whose effect was unknown, with what `confirm_with` found.
@@ -562,6 +763,7 @@ impl<B: ContractBundle> Engine<B> {
         tool: &'static ToolContract,
         id: &str,
         arguments: Value,
+        approved_action: Option<String>,
     ) -> ToolCall {
         let mut context = CallContext {
             tenant_id: run.spec.tenant_id.clone(),
@@ -573,6 +775,7 @@ impl<B: ContractBundle> Engine<B> {
             tool_call_id: id.to_string(),
             correlation_id: run.spec.correlation_id.clone(),
             injected: Default::default(),
+            approved_action,
         };
         if let Some(key) = idempotency_key(&run.spec.tenant_id, tool, &arguments) {
             context
@@ -609,6 +812,7 @@ impl<B: ContractBundle> Engine<B> {
             state: run.machine.state().as_str().to_string(),
             step_count: run.controls.step_count(),
             outcome: run.outcome.clone(),
+            approval: run.asking.take(),
         };
         store.commit(batch).await?;
         Ok(())
@@ -855,7 +1059,7 @@ impl<B: ContractBundle> Engine<B> {
         store: &St,
     ) -> Result<Option<Outcome>, RuntimeError> {
         let now = self.now();
-        let mut row = self.new_row(run, tool, &id, &arguments, &fingerprint);
+        let row = self.new_row(run, tool, &id, &arguments, &fingerprint);
         run.pending = Some(Pending { row: row.clone() });
         run.record(row.clone());
         run.go(state("tool_proposed"), None, now)?;
@@ -902,11 +1106,6 @@ impl<B: ContractBundle> Engine<B> {
             Some(p) => self.authorization.authorize_as(p, tool, &arguments),
             None => AuthzDecision::unevaluable("the run's entities could not be built".into()),
         };
-        if let AuthzDecision::Deny { reason, .. } = decision {
-            telemetry::authorization(tool.name, Some(&reason));
-            deny(run, row, CallStatus::Denied, "authorization", &reason);
-            return self.stop(run, "needs_human", &reason, store).await;
-        }
         let hidden = capability_filter::hidden_because(
             &run.spec,
             &run.stage,
@@ -915,6 +1114,24 @@ impl<B: ContractBundle> Engine<B> {
             &self.health,
         )
         .is_some();
+        if let AuthzDecision::Deny { reason, .. } = decision {
+            // Denied only for want of an approval that could permit it: ask a person.
+            let approvable = tool.approval.is_some()
+                && tool.risk.is_write()
+                && !hidden
+                && run.principal.as_ref().is_some_and(|p| {
+                    self.authorization
+                        .authorize_with(p, tool, &arguments, Approval::Approved)
+                        .is_allow()
+                });
+            if approvable {
+                telemetry::authorization(tool.name, Some(reasons::APPROVAL_PENDING));
+                return self.await_approval(run, tool, row, store).await;
+            }
+            telemetry::authorization(tool.name, Some(&reason));
+            deny(run, row, CallStatus::Denied, "authorization", &reason);
+            return self.stop(run, "needs_human", &reason, store).await;
+        }
         telemetry::authorization(tool.name, hidden.then_some(reasons::TOOL_NOT_VISIBLE));
         if hidden {
             deny(
@@ -928,20 +1145,57 @@ impl<B: ContractBundle> Engine<B> {
                 .stop(run, "needs_human", reasons::TOOL_NOT_VISIBLE, store)
                 .await;
         }
-        row.status = CallStatus::Authorized;
-        run.record(row.clone());
-        run.pending = Some(Pending { row: row.clone() });
-        run.go(state("tool_authorized"), None, now)?;
+        self.execute_authorized(run, tool, row, arguments, id, None, executor, store)
+            .await
+    }
+
+    /// An authorized call, from its commit to its normalized result: returns the
+    /// outcome when the run ended. `approved` is the approved action's fingerprint.
+    #[allow(clippy::too_many_arguments)]
+    async fn execute_authorized<E: Executor, St: RunStore>(
+        &self,
+        run: &mut Run<B::State>,
+        tool: &'static ToolContract,
+        mut row: LedgerRow,
+        arguments: Value,
+        id: String,
+        approved: Option<String>,
+        executor: &E,
+        store: &St,
+    ) -> Result<Option<Outcome>, RuntimeError> {
+        let now = self.now();
+        let deny = |run: &mut Run<B::State>,
+                    mut row: LedgerRow,
+                    status: CallStatus,
+                    class: &str,
+                    code: &str| {
+            telemetry::tool_refused(class);
+            row.status = status;
+            row.error_class = Some(class.to_string());
+            row.error_code = Some(code.to_string());
+            row.finished_at_ms = Some(now);
+            run.record(row);
+            run.controls.step_without_result();
+        };
+        // A recovered call proven not to have run is already in `tool_running`.
+        if run.machine.state().as_str() != "tool_running" {
+            row.status = CallStatus::Authorized;
+            run.record(row.clone());
+            run.pending = Some(Pending { row: row.clone() });
+            run.go(state("tool_authorized"), None, now)?;
+        }
         row.status = CallStatus::Running;
         row.attempt_count = 1;
         run.record(row.clone());
         run.pending = Some(Pending { row: row.clone() });
-        run.go(state("tool_running"), None, now)?;
+        if run.machine.state().as_str() != "tool_running" {
+            run.go(state("tool_running"), None, now)?;
+        }
         let read_only = tool.risk == crate::contract::Risk::ReadOnly;
         self.commit(run, CommitPoint::BeforeTool { read_only }, store)
             .await?;
 
-        let call = self.tool_call(run, tool, &id, arguments.clone());
+        let call = self.tool_call(run, tool, &id, arguments.clone(), approved);
         let started = std::time::Instant::now();
         let executed = execution::execute(executor, call.clone(), &self.budgets).await;
         row.attempt_count = executed.attempts;

@@ -36,6 +36,9 @@ pub struct CallContext {
     pub correlation_id: String,
     /// Values for system-injected fields, by field name (e.g. `idempotency_key`).
     pub injected: BTreeMap<String, Value>,
+    /// The action fingerprint a person approved, when this call is that approved
+    /// action; a tool server that authorizes again needs it (the task token carries it).
+    pub approved_action: Option<String>,
 }
 
 impl CallContext {

@@ -25,6 +25,12 @@ pub mod reasons {
     pub const TOOL_RESOURCE_MISMATCH: &str = "TOOL_RESOURCE_MISMATCH";
     pub const RECOVERED_DISCARDED: &str = "RECOVERED_DISCARDED";
     pub const EVIDENCE_NOT_OBSERVED: &str = "EVIDENCE_NOT_OBSERVED";
+    /// Not a denial: the call waits for a person (the authorization metric's label).
+    pub const APPROVAL_PENDING: &str = "APPROVAL_PENDING";
+    pub const APPROVAL_REJECTED: &str = "APPROVAL_REJECTED";
+    pub const APPROVAL_EXPIRED: &str = "APPROVAL_EXPIRED";
+    /// The decision on record is not for the call that waits (a different action).
+    pub const APPROVAL_MISMATCH: &str = "APPROVAL_MISMATCH";
 }
 
 /// What a run is asked to do and for whom. Built by the host from the API request and
@@ -70,6 +76,8 @@ pub enum CallStatus {
     Succeeded,
     Failed,
     Denied,
+    /// Proposed and valid, waiting for a person to approve it.
+    WaitingApproval,
 }
 
 impl CallStatus {
@@ -81,6 +89,7 @@ impl CallStatus {
             CallStatus::Succeeded => "succeeded",
             CallStatus::Failed => "failed",
             CallStatus::Denied => "denied",
+            CallStatus::WaitingApproval => "waiting_approval",
         }
     }
 }

@@ -23,6 +23,9 @@ pub enum CommitPoint {
     /// The driver stops between steps (its process shuts down) and hands the run
     /// over: what it did since its last commit is kept for the next driver.
     Suspend,
+    /// A call waits for a person's approval: the run is parked (no driver holds it)
+    /// until the decision makes it due again.
+    AwaitingApproval,
 }
 
 impl CommitPoint {
@@ -39,7 +42,7 @@ impl CommitPoint {
         match self {
             CommitPoint::BeforePlanner | CommitPoint::Suspend => false,
             CommitPoint::BeforeTool { read_only } => !read_only,
-            CommitPoint::Terminal => true,
+            CommitPoint::Terminal | CommitPoint::AwaitingApproval => true,
         }
     }
 }
@@ -56,6 +59,61 @@ pub struct Batch {
     pub state: String,
     pub step_count: u32,
     pub outcome: Option<Outcome>,
+    /// The approval this commit asks for ([`CommitPoint::AwaitingApproval`] only).
+    pub approval: Option<ApprovalRequest>,
+}
+
+/// What a person is asked to approve: one exact call of one run.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ApprovalRequest {
+    pub approval_id: String,
+    pub tool_call_id: String,
+    pub tool_name: String,
+    /// The model-visible arguments, exactly as they will be executed.
+    pub arguments: serde_json::Value,
+    pub fingerprint: String,
+    /// Who may approve, from the tool contract's `approval`.
+    pub approver_role: String,
+    pub expires_at_ms: u64,
+}
+
+/// Where an approval stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ApprovalStatus {
+    Pending,
+    Approved,
+    Rejected,
+    Expired,
+}
+
+impl ApprovalStatus {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ApprovalStatus::Pending => "pending",
+            ApprovalStatus::Approved => "approved",
+            ApprovalStatus::Rejected => "rejected",
+            ApprovalStatus::Expired => "expired",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Self> {
+        Some(match s {
+            "pending" => ApprovalStatus::Pending,
+            "approved" => ApprovalStatus::Approved,
+            "rejected" => ApprovalStatus::Rejected,
+            "expired" => ApprovalStatus::Expired,
+            _ => return None,
+        })
+    }
+}
+
+/// The latest approval of a run, as recorded: what it binds and its status.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ApprovalRecord {
+    pub approval_id: String,
+    pub tool_call_id: String,
+    pub fingerprint: String,
+    pub status: ApprovalStatus,
 }
 
 /// A run as the store holds it.
@@ -64,6 +122,8 @@ pub struct StoredRun {
     pub checkpoints: Vec<Checkpoint>,
     pub ledger: Vec<LedgerRow>,
     pub outcome: Option<Outcome>,
+    /// The run's latest approval, if it ever asked for one.
+    pub approval: Option<ApprovalRecord>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -108,6 +168,18 @@ impl MemoryStore {
     pub fn get(&self, run_id: &str) -> Option<StoredRun> {
         self.runs.lock().expect("store lock").get(run_id).cloned()
     }
+
+    /// Records a decision on the run's pending approval (what an approvals API does).
+    pub fn decide(&self, run_id: &str, status: ApprovalStatus) -> bool {
+        let mut runs = self.runs.lock().expect("store lock");
+        match runs.get_mut(run_id).and_then(|r| r.approval.as_mut()) {
+            Some(a) if a.status == ApprovalStatus::Pending => {
+                a.status = status;
+                true
+            }
+            _ => false,
+        }
+    }
 }
 
 impl RunStore for MemoryStore {
@@ -140,6 +212,14 @@ impl RunStore for MemoryStore {
         if batch.outcome.is_some() {
             run.outcome = batch.outcome;
         }
+        if let Some(a) = batch.approval {
+            run.approval = Some(ApprovalRecord {
+                approval_id: a.approval_id,
+                tool_call_id: a.tool_call_id,
+                fingerprint: a.fingerprint,
+                status: ApprovalStatus::Pending,
+            });
+        }
         self.commits.fetch_add(1, Ordering::SeqCst);
         Ok(())
     }
@@ -160,5 +240,6 @@ mod tests {
         assert!(CommitPoint::BeforeTool { read_only: false }.must_flush());
         assert!(CommitPoint::Terminal.must_flush());
         assert!(!CommitPoint::Suspend.must_flush());
+        assert!(CommitPoint::AwaitingApproval.must_flush());
     }
 }

@@ -126,6 +126,7 @@ async fn through_api(url: &str, runs: usize) -> Vec<f64> {
             token_issuer: None,
             only: None,
             lease_ms: 30_000,
+            approval_ttl: std::time::Duration::from_secs(86_400),
             workers: 8,
             limits: Default::default(),
         },

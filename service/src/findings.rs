@@ -22,7 +22,7 @@ pub struct Findings {
     pub missing: BTreeSet<String>,
     pub outcome: &'static str,
     /// The evidence a conclusion rests on: the snapshot, the policy, each
-    /// resolution that resolved and each document request the run made.
+    /// resolution that resolved and each write the run made.
     pub evidence: BTreeSet<String>,
 }
 
@@ -46,7 +46,9 @@ impl Findings {
                 policy.get_or_insert(result);
             } else if tool == ToolId::CaseopsResolveDocumentAlias.name() {
                 resolutions.push(result);
-            } else if tool == ToolId::CaseopsRequestMissingDocuments.name() {
+            } else if tool == ToolId::CaseopsRequestMissingDocuments.name()
+                || tool == ToolId::CaseopsMarkCaseReadyForAssessment.name()
+            {
                 acted.push(result);
             }
         }
@@ -84,7 +86,8 @@ impl Findings {
         let mut evidence = BTreeSet::new();
         evidence.extend(snapshot["evidence_ref"].as_str().map(str::to_string));
         evidence.extend(policy["evidence_ref"].as_str().map(str::to_string));
-        // What the run did about the case (a document request) is cited too.
+        // What the run did about the case (a document request, the move to
+        // assessment) is cited too.
         for r in resolved_by.into_iter().chain(acted) {
             evidence.extend(r["evidence_ref"].as_str().map(str::to_string));
         }

@@ -1,4 +1,5 @@
-//! Development API keys: one per reference tenant. Production mode refuses them.
+//! Development API keys: an investigator per reference tenant, and a supervisor of
+//! the demo tenant who may decide approvals. Production mode refuses them.
 
 use std::collections::HashMap;
 
@@ -23,6 +24,31 @@ pub fn dev_keys() -> HashMap<String, ApiPrincipal> {
                 tenant_id: "tenant-demo".into(),
                 actor: "user:demo-investigator".into(),
                 scopes: scopes.clone(),
+            },
+        ),
+        (
+            // Decides approvals (`approval:decide`); never of runs they started.
+            "dev-key-tenant-demo-supervisor".to_string(),
+            ApiPrincipal {
+                tenant_id: "tenant-demo".into(),
+                actor: "user:demo-supervisor".into(),
+                scopes: scopes
+                    .iter()
+                    .cloned()
+                    .chain([caseops_host::approvals_api::DECIDE_SCOPE.to_string()])
+                    .collect(),
+            },
+        ),
+        (
+            "dev-key-tenant-other-supervisor".to_string(),
+            ApiPrincipal {
+                tenant_id: "tenant-other".into(),
+                actor: "user:other-supervisor".into(),
+                scopes: scopes
+                    .iter()
+                    .cloned()
+                    .chain([caseops_host::approvals_api::DECIDE_SCOPE.to_string()])
+                    .collect(),
             },
         ),
         (

@@ -341,6 +341,7 @@ async fn demo(database: Option<String>) -> Result<(), String> {
             token_issuer: None,
             only: None,
             lease_ms: caseops_host::store::runs::DEFAULT_LEASE_MS,
+            approval_ttl: std::time::Duration::from_secs(86_400),
             workers: 8,
             limits: Default::default(),
         },
@@ -507,6 +508,7 @@ async fn demo(database: Option<String>) -> Result<(), String> {
         replay["run_id"] == run["run_id"],
         replay["replayed"]
     );
+    let writes = demo_writes(&http, &api).await;
     out!("demo finished in {:.2} s", started.elapsed().as_secs_f64());
     out!();
     out!("next, on your own database (./caseops.db):");
@@ -524,6 +526,150 @@ async fn demo(database: Option<String>) -> Result<(), String> {
     let _ = std::fs::remove_dir_all(&temp);
     if run["status"] != "completed" || replay["replayed"] != true {
         return Err("the demo run did not complete as expected".into());
+    }
+    writes
+}
+
+/// C-103 (a reversible write, made once) and C-104 (an irreversible write that waits
+/// for a person, approved by the demo supervisor).
+async fn demo_writes(http: &reqwest::Client, api: &str) -> Result<(), String> {
+    let start = |case: &str, goal: &str| {
+        http.post(format!("{api}/v1/cases/{case}/agent-runs"))
+            .header("x-api-key", "dev-key-tenant-demo")
+            .header("idempotency-key", format!("demo-{}", uuid::Uuid::new_v4()))
+            .json(&json!({ "goal": goal }))
+            .send()
+    };
+    let as_key = |key: &'static str, path: String| {
+        http.get(format!("{api}{path}"))
+            .header("x-api-key", key)
+            .send()
+    };
+    let evidence = |run: &Value| {
+        run["result"]["evidence_refs"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(Value::as_str)
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+
+    out!();
+    out!("C-103: the case lacks a document; the run asks the claimant for it (a reversible write)");
+    let run: Value = json_body(start(
+        "C-103",
+        "Check claim case C-103 and request what it lacks.",
+    ))
+    .await?;
+    let run_id = run["run_id"].as_str().unwrap_or_default();
+    let ledger: Value = json_body(as_key(
+        "dev-key-tenant-demo",
+        format!("/v1/agent-runs/{run_id}/tool-executions"),
+    ))
+    .await?;
+    if let Some(row) = ledger["tool_executions"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|r| r["tool_name"] == "caseops_request_missing_documents")
+    {
+        out!(
+            "  {} {} -> {} on attempt {} ({})",
+            row["tool_name"].as_str().unwrap_or(""),
+            row["arguments"],
+            row["status"].as_str().unwrap_or(""),
+            row["attempt_count"],
+            row["result"]["evidence_ref"].as_str().unwrap_or("")
+        );
+    }
+    out!(
+        "  run {}: {} in {} steps, outcome {}, evidence {}",
+        run_id,
+        run["status"].as_str().unwrap_or("?"),
+        run["step_count"],
+        run["result"]["outcome"].as_str().unwrap_or("-"),
+        evidence(&run)
+    );
+
+    out!();
+    out!(
+        "C-104: the case is complete; marking it ready for assessment is irreversible and waits for a person"
+    );
+    let run: Value = json_body(start(
+        "C-104",
+        "Check claim case C-104 and hand it to the assessors.",
+    ))
+    .await?;
+    let run_id = run["run_id"].as_str().unwrap_or_default().to_string();
+    out!("  run {run_id}: {}", run["status"].as_str().unwrap_or("?"));
+    let pending: Value = json_body(as_key(
+        "dev-key-tenant-demo",
+        "/v1/approvals?status=pending".into(),
+    ))
+    .await?;
+    let Some(approval) = pending["approvals"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|a| a["run_id"] == run_id.as_str())
+        .cloned()
+    else {
+        return Err(format!("the C-104 run asked for no approval: {run}"));
+    };
+    let id = approval["approval_id"].as_str().unwrap_or_default();
+    out!(
+        "  approval {id}: {} {} requested by {}, approver role {}",
+        approval["tool"].as_str().unwrap_or(""),
+        approval["arguments"],
+        approval["requested_by"].as_str().unwrap_or(""),
+        approval["approver_role"].as_str().unwrap_or("")
+    );
+    let own = http
+        .post(format!("{api}/v1/approvals/{id}/decision"))
+        .header("x-api-key", "dev-key-tenant-demo")
+        .json(&json!({ "decision": "approve" }))
+        .send()
+        .await
+        .map_err(|e| e.to_string())?;
+    out!(
+        "  the requester approving it: {} (it lacks `approval:decide`, and would be deciding its own run)",
+        own.status()
+    );
+    let decided: Value = json_body(
+        http.post(format!("{api}/v1/approvals/{id}/decision"))
+            .header("x-api-key", "dev-key-tenant-demo-supervisor")
+            .json(&json!({ "decision": "approve", "comment": "all three documents checked" }))
+            .send(),
+    )
+    .await?;
+    out!(
+        "  {} by {}: {}",
+        decided["status"].as_str().unwrap_or("?"),
+        decided["decided_by"].as_str().unwrap_or("?"),
+        decided["comment"].as_str().unwrap_or("")
+    );
+    let mut run = Value::Null;
+    for _ in 0..100 {
+        run = json_body(as_key(
+            "dev-key-tenant-demo",
+            format!("/v1/agent-runs/{run_id}"),
+        ))
+        .await?;
+        if run["status"] != "running" && run["status"] != "waiting_approval" {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    out!(
+        "  run {run_id}: {} in {} steps, outcome {}, evidence {}",
+        run["status"].as_str().unwrap_or("?"),
+        run["step_count"],
+        run["result"]["outcome"].as_str().unwrap_or("-"),
+        evidence(&run)
+    );
+    if run["status"] != "completed" {
+        return Err(format!("the approved C-104 run did not complete: {run}"));
     }
     Ok(())
 }

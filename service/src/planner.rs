@@ -1,8 +1,8 @@
 //! `ConformancePlanner`: a deterministic protocol driver for the CaseOps
 //! investigations (C-102, C-103, C-104). It is not an agent: it walks a fixed order
 //! (snapshot → policy → unclassified documents → resolve each one → request the
-//! documents still missing, when that tool is offered → final answer computed from the
-//! observations) and exists to prove the control plane end to end without a model.
+//! documents still missing, or mark a complete case ready for assessment, when
+//! that tool is offered → final answer computed from the observations) and exists to prove the control plane end to end without a model.
 
 use caseops_generated::ToolId;
 use caseops_runtime::context::PlannerView;
@@ -76,6 +76,20 @@ impl ConformancePlanner {
                 json!({ "case_id": case_id, "document_codes": found.missing }),
             );
         }
+        // Complete without normalizing any label: hand the case to the assessors, an
+        // irreversible move that waits for a person's approval.
+        let ready = ToolId::CaseopsMarkCaseReadyForAssessment;
+        if let Some(snapshot) = seen(ToolId::CaseopsGetCaseSnapshot)
+            && found.outcome == "DOCUMENTS_COMPLETE"
+            && snapshot.result["status"] == "waiting_for_documents"
+            && seen(ready).is_none()
+            && visible(ready)
+        {
+            return call(
+                ready,
+                json!({ "case_id": case_id, "case_version": snapshot.result["case_version"] }),
+            );
+        }
         let Findings {
             received,
             resolved,
@@ -97,6 +111,9 @@ impl ConformancePlanner {
                 "Case {case_id} holds every required document once {} is normalized.",
                 resolved.iter().cloned().collect::<Vec<_>>().join(", ")
             ),
+            _ if seen(ready).is_some() => {
+                format!("Case {case_id} holds every required document; it is ready for assessment.")
+            }
             _ => format!("Case {case_id} holds every required document."),
         };
         json!({ "decision": "final", "answer": {

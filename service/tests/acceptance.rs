@@ -22,6 +22,10 @@ impl Drop for Serve {
 }
 
 fn serve(database: &str) -> Serve {
+    serve_with(database, &[])
+}
+
+fn serve_with(database: &str, extra: &[&str]) -> Serve {
     let mut child = Command::new(env!("CARGO_BIN_EXE_caseops"))
         .args([
             "serve",
@@ -32,6 +36,7 @@ fn serve(database: &str) -> Serve {
             "--database",
             database,
         ])
+        .args(extra)
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit())
         .spawn()
@@ -272,6 +277,302 @@ async fn the_c103_run_requests_the_missing_document_once_and_cites_the_request()
                 .iter()
                 .any(|r| r == request.as_str()),
             "{backend}: {again}"
+        );
+    }
+}
+
+const SUPERVISOR: &str = "dev-key-tenant-demo-supervisor";
+
+async fn decide(api: &str, key: &str, id: &str, body: Value) -> (u16, Value) {
+    let r = reqwest::Client::new()
+        .post(format!("{api}/v1/approvals/{id}/decision"))
+        .header("x-api-key", key)
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    (r.status().as_u16(), r.json().await.unwrap_or(Value::Null))
+}
+
+async fn get_as(api: &str, key: &str, path: &str) -> (u16, Value) {
+    let r = reqwest::Client::new()
+        .get(format!("{api}{path}"))
+        .header("x-api-key", key)
+        .send()
+        .await
+        .unwrap();
+    (r.status().as_u16(), r.json().await.unwrap_or(Value::Null))
+}
+
+/// Polls a run until it leaves `running`/`waiting_approval` or 10 s pass.
+async fn settled(api: &str, run_id: &str, want: &str) -> Value {
+    let mut run = Value::Null;
+    for _ in 0..100 {
+        run = get(api, &format!("/v1/agent-runs/{run_id}")).await;
+        if run["status"] == want {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    run
+}
+
+async fn rows(url: &str, sql: &str) -> Vec<caseops_host::store::sql::Row> {
+    let db = caseops_host::store::Db::open_existing(url, 1, &caseops_service::reference::SCHEMA)
+        .await
+        .unwrap();
+    db.fetch_all(sql, &[]).await.unwrap()
+}
+
+/// Starts a C-104 run as `key`; it parks waiting for an approval, returned with it.
+async fn parked_c104(api: &str, key: &str, idem: &str) -> (String, Value) {
+    let goal = json!({"goal": "Check claim case C-104 and hand it to the assessors."});
+    let (status, run) = post(api, "C-104", Some(key), idem, goal).await;
+    assert!(status == 201 || status == 202, "{status} {run}");
+    let run_id = run["run_id"].as_str().unwrap().to_string();
+    let run = settled(api, &run_id, "waiting_approval").await;
+    assert_eq!(run["status"], "waiting_approval", "{run}");
+    let (_, list) = get_as(api, key, "/v1/approvals?status=pending").await;
+    let approval = list["approvals"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|a| a["run_id"] == run_id.as_str())
+        .unwrap_or_else(|| panic!("no pending approval for {run_id}: {list}"))
+        .clone();
+    (run_id, approval)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_approved_c104_run_marks_the_case_ready_once_and_completes() {
+    for (backend, url) in fresh_databases("accept_c104").await {
+        let s = serve(&url);
+        let (run_id, approval) = parked_c104(&s.api, "dev-key-tenant-demo", "c104-key-0001").await;
+        // The approval binds the exact action, the run and its requester.
+        assert_eq!(approval["tool"], "caseops_mark_case_ready_for_assessment");
+        assert_eq!(
+            approval["arguments"],
+            json!({"case_id": "C-104", "case_version": 1})
+        );
+        assert_eq!(approval["requested_by"], "user:demo-investigator");
+        assert_eq!(approval["approver_role"], "claims_supervisor");
+        assert_eq!(approval["action_fingerprint"].as_str().unwrap().len(), 64);
+        let id = approval["approval_id"].as_str().unwrap();
+
+        // Another tenant sees nothing and decides nothing, even with the scope.
+        let other = "dev-key-tenant-other-supervisor";
+        let (status, _) = get_as(&s.api, other, &format!("/v1/approvals/{id}")).await;
+        assert_eq!(status, 404, "{backend}");
+        let (_, theirs) = get_as(&s.api, other, "/v1/approvals?status=pending").await;
+        assert_eq!(theirs["approvals"], json!([]), "{backend}");
+        let (status, _) = decide(&s.api, other, id, json!({"decision": "approve"})).await;
+        assert_eq!(status, 404, "{backend}");
+        // Without the scope: refused; a body outside the contract: refused.
+        let (status, _) = decide(
+            &s.api,
+            "dev-key-tenant-demo",
+            id,
+            json!({"decision": "approve"}),
+        )
+        .await;
+        assert_eq!(
+            status, 403,
+            "{backend}: the requester lacks `approval:decide`"
+        );
+        let (status, _) = decide(&s.api, SUPERVISOR, id, json!({"decision": "maybe"})).await;
+        assert_eq!(status, 422, "{backend}");
+        let (status, _) = decide(
+            &s.api,
+            SUPERVISOR,
+            id,
+            json!({"decision": "approve", "approval": "x"}),
+        )
+        .await;
+        assert_eq!(status, 422, "{backend}");
+
+        // Separation of duties: a supervisor's own run is someone else's to approve.
+        let (own_run, own) = parked_c104(&s.api, SUPERVISOR, "c104-key-0002").await;
+        let own_id = own["approval_id"].as_str().unwrap();
+        let (status, body) =
+            decide(&s.api, SUPERVISOR, own_id, json!({"decision": "approve"})).await;
+        assert_eq!(status, 403, "{backend}: {body}");
+
+        let (status, decided) = decide(
+            &s.api,
+            SUPERVISOR,
+            id,
+            json!({"decision": "approve", "comment": "all three documents checked"}),
+        )
+        .await;
+        assert_eq!(status, 200, "{backend}: {decided}");
+        assert_eq!(decided["status"], "approved");
+        assert_eq!(decided["decided_by"], "user:demo-supervisor");
+        let (status, _) = decide(&s.api, SUPERVISOR, id, json!({"decision": "reject"})).await;
+        assert_eq!(status, 409, "{backend}: a second decision");
+
+        let run = settled(&s.api, &run_id, "completed").await;
+        assert_eq!(run["status"], "completed", "{backend}: {run}");
+        assert_eq!(run["step_count"], 4);
+        let r = &run["result"];
+        assert_eq!(r["outcome"], "DOCUMENTS_COMPLETE");
+        assert_eq!(
+            r["evidence_refs"],
+            json!([
+                "case://C-104@1",
+                "case://C-104@2",
+                "policy://motor-claim-standard@2026.1"
+            ])
+        );
+        let ledger = get(&s.api, &format!("/v1/agent-runs/{run_id}/tool-executions")).await;
+        let write = ledger["tool_executions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["tool_name"] == "caseops_mark_case_ready_for_assessment")
+            .unwrap()
+            .clone();
+        assert_eq!(
+            (write["status"].as_str(), write["attempt_count"].as_i64()),
+            (Some("succeeded"), Some(1)),
+            "{write}"
+        );
+        assert_eq!(
+            write["arguments"], approval["arguments"],
+            "exactly the approved action ran"
+        );
+        let cps = get(&s.api, &format!("/v1/agent-runs/{run_id}/checkpoints")).await;
+        let path: Vec<&str> = cps["checkpoints"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|c| c["to"].as_str().unwrap())
+            .collect();
+        assert!(
+            path.windows(3)
+                .any(|w| w == ["waiting_approval", "tool_authorized", "tool_running"]),
+            "{backend}: {path:?}"
+        );
+
+        // The supervisor's own run: once the case moved, its approved action would
+        // act on a version that is gone; rejected by someone else, it stops.
+        let (status, _) = decide(
+            &s.api,
+            "dev-key-tenant-demo-supervisor",
+            own_id,
+            json!({"decision": "reject"}),
+        )
+        .await;
+        assert_eq!(status, 403, "{backend}: still the requester");
+        let _ = own_run;
+
+        let moved = rows(&url, "SELECT status, version FROM cases WHERE tenant_id = 'tenant-demo' AND case_id = 'C-104'").await;
+        assert_eq!(
+            moved[0].get::<String>("status").unwrap(),
+            "ready_for_assessment"
+        );
+        assert_eq!(moved[0].get::<i64>("version").unwrap(), 2);
+        assert_eq!(
+            rows(&url, "SELECT 1 AS x FROM case_transitions")
+                .await
+                .len(),
+            1,
+            "{backend}"
+        );
+        let kinds: Vec<String> = rows(
+            &url,
+            "SELECT kind FROM audit_events WHERE tenant_id = 'tenant-demo' ORDER BY seq",
+        )
+        .await
+        .iter()
+        .map(|r| r.get::<String>("kind").unwrap())
+        .collect();
+        assert!(
+            kinds.contains(&"approval.requested".to_string()),
+            "{kinds:?}"
+        );
+        assert!(kinds.contains(&"approval.decided".to_string()), "{kinds:?}");
+        let topics: Vec<String> = rows(&url, "SELECT topic FROM outbox_events")
+            .await
+            .iter()
+            .map(|r| r.get::<String>("topic").unwrap())
+            .collect();
+        assert!(
+            topics.contains(&"approval.requested.v1".to_string()),
+            "{topics:?}"
+        );
+        assert!(
+            topics.contains(&"approval.decided.v1".to_string()),
+            "{topics:?}"
+        );
+        let db =
+            caseops_host::store::Db::open_existing(&url, 1, &caseops_service::reference::SCHEMA)
+                .await
+                .unwrap();
+        let verified = caseops_host::store::audit::verify(&db).await.unwrap();
+        assert!(
+            verified.problems.is_empty(),
+            "{backend}: {:?}",
+            verified.problems
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rejected_approval_stops_the_run_and_an_expired_one_too() {
+    for (backend, url) in fresh_databases("accept_reject").await {
+        {
+            let s = serve(&url);
+            let (run_id, approval) =
+                parked_c104(&s.api, "dev-key-tenant-demo", "reject-key-0001").await;
+            let id = approval["approval_id"].as_str().unwrap();
+            let (status, _) = decide(
+                &s.api,
+                SUPERVISOR,
+                id,
+                json!({"decision": "reject", "comment": "the certificate is illegible"}),
+            )
+            .await;
+            assert_eq!(status, 200, "{backend}");
+            let run = settled(&s.api, &run_id, "stopped").await;
+            assert_eq!(
+                (run["status"].as_str(), run["stop_reason"].as_str()),
+                (Some("stopped"), Some("APPROVAL_REJECTED")),
+                "{backend}: {run}"
+            );
+        }
+        {
+            let s = serve_with(&url, &["--approval-ttl-seconds", "1"]);
+            let (run_id, approval) =
+                parked_c104(&s.api, "dev-key-tenant-demo", "expire-key-0001").await;
+            let run = settled(&s.api, &run_id, "stopped").await;
+            assert_eq!(
+                (run["status"].as_str(), run["stop_reason"].as_str()),
+                (Some("stopped"), Some("APPROVAL_EXPIRED")),
+                "{backend}: {run}"
+            );
+            let id = approval["approval_id"].as_str().unwrap();
+            let (status, _) = decide(&s.api, SUPERVISOR, id, json!({"decision": "approve"})).await;
+            assert_eq!(
+                status, 409,
+                "{backend}: an expired approval cannot be decided"
+            );
+        }
+        // Neither run moved the case.
+        let case = rows(
+            &url,
+            "SELECT status FROM cases WHERE tenant_id = 'tenant-demo' AND case_id = 'C-104'",
+        )
+        .await;
+        assert_eq!(
+            case[0].get::<String>("status").unwrap(),
+            "waiting_for_documents",
+            "{backend}"
+        );
+        assert!(
+            rows(&url, "SELECT 1 AS x FROM case_transitions")
+                .await
+                .is_empty(),
+            "{backend}"
         );
     }
 }

@@ -3,8 +3,12 @@
 //! the same Idempotency-Key. A C-103 run, which makes a document request (a write), is
 //! killed at each of its commit points, right after the write's effect and before its
 //! commit, and stalled by a tool server that applies the effect and never answers:
-//! every time the request is made exactly once. Needs the `fault-injection` feature
-//! (the README's test command enables all features).
+//! every time the request is made exactly once. A C-104 run, whose irreversible
+//! write waits for an approval, is killed right after it parks, after its approved
+//! write's intent is committed, after the write's effect before its commit, and after
+//! its terminal commit, and stalled by a tool server that never answers: every time
+//! the case moves exactly once. Needs the `fault-injection` feature (the README's
+//! test command enables all features).
 #![cfg(feature = "fault-injection")]
 
 mod db_support;
@@ -313,6 +317,152 @@ async fn a_document_request_is_made_exactly_once_whatever_kills_or_stalls_its_ru
                 business_rows(&url, "document_requests").await,
                 1,
                 "{backend}, {what}: exactly one document request"
+            );
+        }
+    }
+}
+
+const READY_TOOL: &str = "caseops_mark_case_ready_for_assessment";
+
+async fn decide_first_pending(api: &str, run_id: &str) {
+    let list: Value = reqwest::Client::new()
+        .get(format!("{api}/v1/approvals?status=pending"))
+        .header("x-api-key", "dev-key-tenant-demo")
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let id = list["approvals"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|a| a["run_id"] == run_id)
+        .unwrap_or_else(|| panic!("no pending approval for {run_id}: {list}"))["approval_id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let r = reqwest::Client::new()
+        .post(format!("{api}/v1/approvals/{id}/decision"))
+        .header("x-api-key", "dev-key-tenant-demo-supervisor")
+        .json(&json!({"decision": "approve"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 200);
+}
+
+/// Polls until the run is parked in `waiting_approval`.
+async fn parked(api: &str, run_id: &str) {
+    for _ in 0..50 {
+        let run = get(api, &format!("/v1/agent-runs/{run_id}")).await;
+        if run["status"] == "waiting_approval" {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    panic!("run {run_id} never parked");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_approved_case_transition_happens_exactly_once_whatever_kills_its_run() {
+    // (what, fault while parking, fault while the approved call runs)
+    let kill = |n: usize| Some(("CASEOPS_FAULT_KILL_AT_COMMIT", n.to_string()));
+    type Fault<'a> = Option<(&'a str, String)>;
+    let faults: Vec<(&str, Fault, Fault)> = vec![
+        // A C-104 run commits before each of its 3 reads, then parks: commit 4.
+        ("killed right after parking", kill(4), None),
+        (
+            "killed after the approved write's intent, before its effect",
+            None,
+            kill(1),
+        ),
+        (
+            "killed after the effect, before its commit",
+            None,
+            Some(("CASEOPS_FAULT_KILL_AFTER_TOOL", READY_TOOL.into())),
+        ),
+        ("killed after the terminal commit", None, kill(2)),
+        (
+            "tool server times out after the effect",
+            None,
+            Some(("CASEOPS_FAULT_HANG_AFTER_TOOL", READY_TOOL.into())),
+        ),
+    ];
+    for (i, (what, while_parking, while_running)) in faults.into_iter().enumerate() {
+        for (backend, url) in fresh_databases(&format!("crash_approval_{i}")).await {
+            let key = format!("crash-approval-{i:02}");
+            // Start the run; a process dying while parking is replaced.
+            let first = serve_with(&url, while_parking.clone());
+            let posted = post_case(first.api.as_deref().unwrap(), "C-104", &key).await;
+            let (run_id, first) = if while_parking.is_some() {
+                assert!(
+                    posted.is_err() || posted.as_ref().unwrap().0 >= 500,
+                    "{backend}, {what}: the process should have died: {posted:?}"
+                );
+                drop(first);
+                tokio::time::sleep(Duration::from_millis(1100)).await;
+                let next = serve(&url, None);
+                let (_, run) = post_case(next.api.as_deref().unwrap(), "C-104", &key)
+                    .await
+                    .unwrap();
+                (run["run_id"].as_str().unwrap().to_string(), next)
+            } else {
+                let (_, run) = posted.unwrap();
+                (run["run_id"].as_str().unwrap().to_string(), first)
+            };
+            parked(first.api.as_deref().unwrap(), &run_id).await;
+            // The approved call runs in a process that may die or stall.
+            drop(first);
+            let running = serve_with(&url, while_running.clone());
+            let api = running.api.clone().unwrap();
+            decide_first_pending(&api, &run_id).await;
+            let stalls =
+                matches!(&while_running, Some((v, _)) if *v == "CASEOPS_FAULT_HANG_AFTER_TOOL");
+            let dies = while_running.is_some() && !stalls;
+            let (_survivor, api) = if dies {
+                // Wait for the fault to take the process down, then let the lease run out.
+                let mut running = running;
+                let _ = tokio::task::spawn_blocking(move || {
+                    let _ = running.child.wait();
+                    running
+                })
+                .await;
+                tokio::time::sleep(Duration::from_millis(1100)).await;
+                let next = serve(&url, None);
+                let api = next.api.clone().unwrap();
+                (next, api)
+            } else {
+                (running, api)
+            };
+            let mut run = Value::Null;
+            for _ in 0..100 {
+                run = get(&api, &format!("/v1/agent-runs/{run_id}")).await;
+                if ["completed", "failed", "stopped", "needs_human"]
+                    .contains(&run["status"].as_str().unwrap_or(""))
+                {
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+            assert_eq!(run["status"], "completed", "{backend}, {what}: {run}");
+            assert_eq!(
+                run["result"]["outcome"], "DOCUMENTS_COMPLETE",
+                "{backend}, {what}"
+            );
+            assert!(
+                run["result"]["evidence_refs"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .any(|r| r == "case://C-104@2"),
+                "{backend}, {what}: {run}"
+            );
+            assert_eq!(
+                business_rows(&url, "case_transitions").await,
+                1,
+                "{backend}, {what}: exactly one status transition"
             );
         }
     }

@@ -104,12 +104,36 @@ impl<B: ContractBundle> McpClient<B> {
 
     /// The task token for a call: a cached one with a minute left, else a fresh one.
     pub fn token_for(&self, ctx: &CallContext) -> Result<String, ExecError> {
+        if ctx.approved_action.is_some() {
+            // Good for the one approved call only: never cached for the task.
+            return self.mint(ctx);
+        }
         let mut tokens = self.tokens.lock().expect("token cache lock");
         if let Some((token, exp)) = tokens.get(&ctx.task_id)
             && *exp > now() + 60
         {
             return Ok(token.clone());
         }
+        let (token, exp) = self.signed(ctx)?;
+        // One entry per run ever driven would grow without end: past a bound, drop
+        // what could not be reused anyway, and everything if that is not enough.
+        if tokens.len() >= TOKEN_CACHE_LIMIT {
+            let fresh = now() + 60;
+            tokens.retain(|_, (_, exp)| *exp > fresh);
+            if tokens.len() >= TOKEN_CACHE_LIMIT {
+                tokens.clear();
+            }
+        }
+        tokens.insert(ctx.task_id.clone(), (token.clone(), exp));
+        Ok(token)
+    }
+
+    fn mint(&self, ctx: &CallContext) -> Result<String, ExecError> {
+        self.signed(ctx).map(|(token, _)| token)
+    }
+
+    /// A fresh token for the call's task, and its expiry.
+    fn signed(&self, ctx: &CallContext) -> Result<(String, u64), ExecError> {
         let mut claims = self.issuer.claims(
             &ctx.subject,
             &ctx.tenant_id,
@@ -120,6 +144,7 @@ impl<B: ContractBundle> McpClient<B> {
         if !ctx.stage.is_empty() {
             claims.stage = Some(ctx.stage.clone());
         }
+        claims.approved_action = ctx.approved_action.clone();
         let token = self
             .issuer
             .sign(&claims)
@@ -127,17 +152,7 @@ impl<B: ContractBundle> McpClient<B> {
                 code: "TOKEN_ISSUE_FAILED".into(),
                 message: e.to_string(),
             })?;
-        // One entry per run ever driven would grow without end: past a bound, drop
-        // what could not be reused anyway, and everything if that is not enough.
-        if tokens.len() >= TOKEN_CACHE_LIMIT {
-            let fresh = now() + 60;
-            tokens.retain(|_, (_, exp)| *exp > fresh);
-            if tokens.len() >= TOKEN_CACHE_LIMIT {
-                tokens.clear();
-            }
-        }
-        tokens.insert(ctx.task_id.clone(), (token.clone(), claims.exp));
-        Ok(token)
+        Ok((token, claims.exp))
     }
 
     /// Task tokens held for reuse (bounded by `TOKEN_CACHE_LIMIT`).

@@ -397,9 +397,12 @@ impl<B: ContractBundle, D: ToolDispatch + 'static> McpServer<B, D> {
         let spec = Self::spec_of(claims);
         let resource_id = spec.resource_id.clone();
         let decision = match self.principal(&spec) {
-            Ok(principal) => self
-                .authorization
-                .authorize_as(&principal, tool, &arguments),
+            Ok(principal) => self.authorization.authorize_with(
+                &principal,
+                tool,
+                &arguments,
+                approval_of(claims, tool, &arguments),
+            ),
             Err(message) => AuthzDecision::unevaluable(message),
         };
         if let AuthzDecision::Deny { reason, .. } = decision {
@@ -427,6 +430,7 @@ impl<B: ContractBundle, D: ToolDispatch + 'static> McpServer<B, D> {
             tool_call_id: claims.jti.clone(),
             correlation_id: claims.jti.clone(),
             injected: Default::default(),
+            approved_action: None,
         };
         if let Some(key) = idempotency_key(&claims.tenant_id, tool, &arguments) {
             ctx.injected.insert("idempotency_key".into(), json!(key));
@@ -736,4 +740,22 @@ async fn authenticated<B: ContractBundle, D: ToolDispatch + 'static>(
         Err((code, message)) => jsonrpc::error(&id, code, &message),
     };
     axum::Json(body).into_response()
+}
+
+/// Whether this call is the action a person approved: the task token names the
+/// approved action's fingerprint, and the call must be exactly that action.
+fn approval_of(
+    claims: &TaskClaims,
+    tool: &caseops_runtime::ToolContract,
+    arguments: &Value,
+) -> caseops_runtime::authorization::Approval {
+    use caseops_runtime::authorization::Approval;
+    match &claims.approved_action {
+        Some(fp)
+            if *fp == caseops_runtime::fingerprint::action_fingerprint(tool.name, arguments) =>
+        {
+            Approval::Approved
+        }
+        _ => Approval::None,
+    }
 }

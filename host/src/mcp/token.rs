@@ -36,6 +36,11 @@ pub struct TaskClaims {
     /// The run's task stage; absent, the bundle's initial stage.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stage: Option<String>,
+    /// The action fingerprint a person approved: present only on a token minted for
+    /// that one approved call, so the tool server can tell the policies it was
+    /// approved (`context.approval`) without trusting anything the model sent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub approved_action: Option<String>,
     /// The run-bound resource claim, and any other claim of any JSON type (an
     /// issuer may add its own; they are kept, not interpreted).
     #[serde(flatten)]
@@ -180,6 +185,7 @@ impl TokenIssuer {
             exp: iat + self.ttl,
             jti: uuid::Uuid::new_v4().to_string(),
             stage: None,
+            approved_action: None,
             resource: BTreeMap::from([(self.resource_field.clone(), resource_id.into())]),
         }
     }

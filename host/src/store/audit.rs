@@ -147,6 +147,70 @@ pub(crate) async fn terminal_events(
     ])
 }
 
+/// Appends an event about a fact other than a run's end (an approval asked for or
+/// decided) to the tenant's chain, and its outbox event: the two inserts, for the
+/// caller to run in the transaction that records the fact.
+pub(crate) async fn fact_events(
+    db: &Db,
+    tx: &mut Tx,
+    tenant: &str,
+    run_id: &str,
+    kind: &str,
+    topic: &str,
+    payload: &Value,
+) -> Result<[Statement; 2], DbError> {
+    if db.dialect == super::Dialect::Postgres {
+        tx.fetch_optional(
+            "SELECT pg_advisory_xact_lock(hashtext(?))::text",
+            &params![format!("caseops-audit:{tenant}")],
+        )
+        .await?;
+    }
+    let last = tx
+        .fetch_optional(
+            "SELECT seq, hash FROM audit_events WHERE tenant_id = ? ORDER BY seq DESC LIMIT 1",
+            &params![tenant],
+        )
+        .await?;
+    let (prev_seq, prev_hash) = match last {
+        Some(r) => (r.get::<i64>("seq")?, r.get::<String>("hash")?),
+        None => (0, GENESIS.to_string()),
+    };
+    let seq = prev_seq + 1;
+    let hash = event_hash(&prev_hash, seq, kind, run_id, payload);
+    let now = now_ms();
+    let mut event = payload.clone();
+    event["type"] = json!(topic);
+    event["tenant_id"] = json!(tenant);
+    Ok([
+        Statement::new(
+            "INSERT INTO audit_events (tenant_id, seq, event_id, run_id, kind, payload, prev_hash, hash, at_ms) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            params![
+                tenant,
+                seq,
+                uuid::Uuid::new_v4().to_string(),
+                run_id,
+                kind,
+                payload.to_string(),
+                &prev_hash,
+                &hash,
+                now
+            ],
+        ),
+        Statement::new(
+            "INSERT INTO outbox_events (event_id, tenant_id, run_id, topic, payload, created_at) VALUES (?, ?, ?, ?, ?, ?)",
+            params![
+                uuid::Uuid::new_v4().to_string(),
+                tenant,
+                run_id,
+                topic,
+                event.to_string(),
+                now
+            ],
+        ),
+    ])
+}
+
 /// What `verify` found.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Verification {

@@ -2,6 +2,7 @@
 //! (through sqlx). Queries are written once with `?` placeholders; PostgreSQL gets
 //! `$n`; `sql.rs` runs them on either.
 
+pub mod approvals;
 pub mod audit;
 pub mod runs;
 pub mod sql;
@@ -165,6 +166,14 @@ pub const HOST_MIGRATIONS: &[Migration] = &[
         sqlite: include_str!("../../migrations/sqlite/0005_provenance.sql"),
         postgres: include_str!("../../migrations/postgres/0005_provenance.sql"),
     },
+    // Above 1000: application migrations before it (1000 and up) are applied already
+    // in existing databases, and versions apply in order past the current one.
+    Migration {
+        version: 1001,
+        description: "approvals",
+        sqlite: include_str!("../../migrations/sqlite/1001_approvals.sql"),
+        postgres: include_str!("../../migrations/postgres/1001_approvals.sql"),
+    },
 ];
 
 const HOST_TABLES: &[&str] = &[
@@ -173,6 +182,7 @@ const HOST_TABLES: &[&str] = &[
     "tool_executions",
     "audit_events",
     "outbox_events",
+    "approvals",
     "health_probe",
 ];
 
@@ -592,8 +602,8 @@ mod tests {
     #[test]
     fn application_migrations_follow_the_hosts_in_version_order() {
         let order: Vec<i64> = migrations(&NOTES).iter().map(|m| m.version).collect();
-        assert_eq!(order, [1, 3, 4, 5, 1000]);
-        assert_eq!(latest(&NOTES), 1000);
+        assert_eq!(order, [1, 3, 4, 5, 1000, 1001]);
+        assert_eq!(latest(&NOTES), 1001);
     }
 
     #[tokio::test]
@@ -653,14 +663,14 @@ mod tests {
         std::fs::create_dir_all(&dir).unwrap();
         let file = dir.join("n.db");
         let conn = rusqlite::Connection::open(&file).unwrap();
-        conn.pragma_update(None, "user_version", 99).unwrap();
+        conn.pragma_update(None, "user_version", 99_999).unwrap();
         drop(conn);
         let err = Db::connect(&format!("sqlite://{}", file.display()), 1, &AppSchema::NONE)
             .await
             .unwrap_err()
             .to_string();
         assert!(
-            err.contains("schema version 99, newer than this caseops"),
+            err.contains("schema version 99999, newer than this caseops"),
             "{err}"
         );
         std::fs::remove_dir_all(&dir).unwrap();

@@ -636,14 +636,17 @@ impl SqlRunStore {
     /// while this process holds the run, so a driver that lost its lease (taken
     /// over after it stalled) cannot write beside the new holder.
     fn fence(&self, batch: &Batch) -> Statement {
-        let status = match &batch.outcome {
-            Some(o) => o.status.clone(),
-            None => "running".to_string(),
+        let status = match (&batch.outcome, &batch.approval) {
+            (Some(o), _) => o.status.clone(),
+            (None, Some(_)) => "waiting_approval".to_string(),
+            (None, None) => "running".to_string(),
         };
-        // Every commit renews this process's lease; the terminal one releases it.
+        // Every commit renews this process's lease; the terminal one releases it, and
+        // so does parking the run for an approval (nobody drives it until decided).
         let now = now_ms();
-        let expires = batch.outcome.is_none().then_some(now + self.lease_ms);
-        let owner = batch.outcome.is_none().then(|| self.owner.clone());
+        let holds = batch.outcome.is_none() && batch.approval.is_none();
+        let expires = holds.then_some(now + self.lease_ms);
+        let owner = holds.then(|| self.owner.clone());
         Statement::new(
             "UPDATE runs SET state = ?, status = ?, step_count = ?, final_result = ?, provenance = ?, stop_reason = ?, updated_at = ?, lease_owner = ?, lease_expires_at = ? \
              WHERE run_id = ? AND lease_owner = ? AND status = 'running'",
@@ -727,6 +730,46 @@ impl SqlRunStore {
                 db.begin_lazy_write().await?
             };
             let mut events = Vec::new();
+            if let Some(asked) = &batch.approval {
+                let run = tx
+                    .fetch_optional(
+                        "SELECT tenant_id, actor FROM runs WHERE run_id = ?",
+                        &params![&batch.run_id],
+                    )
+                    .await?
+                    .ok_or_else(|| DbError::LeaseLost {
+                        run_id: batch.run_id.clone(),
+                    })?;
+                let (tenant, actor): (String, String) = (run.get("tenant_id")?, run.get("actor")?);
+                events.push(super::approvals::insert(
+                    asked,
+                    &tenant,
+                    &batch.run_id,
+                    &actor,
+                ));
+                let payload = serde_json::json!({
+                    "approval_id": asked.approval_id,
+                    "run_id": batch.run_id,
+                    "tool": asked.tool_name,
+                    "arguments": asked.arguments,
+                    "action_fingerprint": asked.fingerprint,
+                    "approver_role": asked.approver_role,
+                    "requested_by": actor,
+                    "expires_at_ms": asked.expires_at_ms,
+                });
+                events.extend(
+                    super::audit::fact_events(
+                        db,
+                        &mut tx,
+                        &tenant,
+                        &batch.run_id,
+                        "approval.requested",
+                        super::approvals::REQUESTED_TOPIC,
+                        &payload,
+                    )
+                    .await?,
+                );
+            }
             if let Some(outcome) = &batch.outcome {
                 let run = tx
                     .fetch_optional(
@@ -786,7 +829,11 @@ impl SqlRunStore {
         db.count_commit();
         crate::fault::after_commit(db.commits());
         if let Some(signals) = &self.signals {
-            signals.committed(&batch.run_id, batch.outcome.is_some());
+            // A parked run settles its waiters too: they answer with its state.
+            signals.committed(
+                &batch.run_id,
+                batch.outcome.is_some() || batch.approval.is_some(),
+            );
         }
         Ok(())
     }
@@ -904,10 +951,21 @@ impl RunStore for SqlRunStore {
         let record = self.get(&tenant, run_id).await.map_err(err)?;
         let checkpoints = self.checkpoints(&tenant, run_id).await.map_err(err)?;
         let ledger = self.ledger(&tenant, run_id).await.map_err(err)?;
+        let approval = super::approvals::latest_of_run(&self.db, run_id)
+            .await
+            .map_err(err)?
+            .map(|a| caseops_runtime::store::ApprovalRecord {
+                status: caseops_runtime::store::ApprovalStatus::parse(&a.status)
+                    .unwrap_or(caseops_runtime::store::ApprovalStatus::Pending),
+                approval_id: a.approval_id,
+                tool_call_id: a.tool_call_id,
+                fingerprint: a.fingerprint,
+            });
         Ok(Some(StoredRun {
             checkpoints,
             ledger,
             outcome: record.as_ref().and_then(Self::outcome_of),
+            approval,
         }))
     }
 }

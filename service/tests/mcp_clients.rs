@@ -364,7 +364,13 @@ async fn the_official_python_sdk_client_lists_and_calls_every_tool() {
     );
     let report: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(report["protocol_version"], "2025-11-25");
-    assert_eq!(report["tools"].as_array().unwrap().len(), 4);
+    // The demo token's reads: the investigation's four and the transition check.
+    assert_eq!(
+        report["tools"].as_array().unwrap().len(),
+        5,
+        "{}",
+        report["tools"]
+    );
     for call in report["calls"].as_array().unwrap() {
         assert_eq!(call["is_error"], false, "{call}");
         assert!(call["structured"]["evidence_ref"].is_string(), "{call}");

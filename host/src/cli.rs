@@ -452,8 +452,8 @@ pub enum RunsCommand {
         /// The tenant whose runs to list (default: the development tenant).
         #[arg(long, env = "CASEOPS_TENANT")]
         tenant: Option<String>,
-        /// Only runs in this status (`running`, `completed`, `needs_human`,
-        /// `stopped`, `failed`).
+        /// Only runs in this status (`running`, `waiting_approval`, `completed`,
+        /// `needs_human`, `stopped`, `failed`).
         #[arg(long)]
         status: Option<String>,
         /// At most this many runs.

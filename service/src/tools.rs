@@ -425,6 +425,7 @@ impl<R: CaseRepository> ToolHandlers for CaseOpsTools<R> {
         trusted: CaseopsMarkCaseReadyForAssessmentTrusted,
     ) -> Result<CaseopsMarkCaseReadyForAssessmentOutput, ToolError> {
         let case = self.case(ctx, &input.case_id).await?;
+        let case_now = case.clone();
         let transition = CaseTransition {
             tenant_id: ctx.tenant_id.clone(),
             case_id: case.case_id,
@@ -432,7 +433,11 @@ impl<R: CaseRepository> ToolHandlers for CaseOpsTools<R> {
             from_status: WAITING_FOR_DOCUMENTS.into(),
             to_status: READY_FOR_ASSESSMENT.into(),
             from_version: input.case_version,
-            to_version: input.case_version + 1,
+            // A version no case has (the largest integer) cannot move; never overflow.
+            to_version: input
+                .case_version
+                .checked_add(1)
+                .ok_or_else(|| status_changed(&case_now))?,
         };
         let made = self.repo.transition_case(&transition).await?;
         Ok(transition_output(made))
@@ -515,5 +520,42 @@ impl<R: CaseRepository> ToolHandlers for CaseOpsTools<R> {
                 document_codes: None,
             },
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn marking_a_case_at_the_largest_version_is_refused_not_overflowed() {
+        let tools = CaseOpsTools {
+            repo: MemoryRepository::new(crate::domain::reference_data()),
+        };
+        let ctx = CallContext {
+            tenant_id: "tenant-demo".into(),
+            ..Default::default()
+        };
+        let err = tools
+            .caseops_mark_case_ready_for_assessment(
+                &ctx,
+                CaseopsMarkCaseReadyForAssessmentInput {
+                    case_id: "C-104".into(),
+                    case_version: i64::MAX,
+                },
+                CaseopsMarkCaseReadyForAssessmentTrusted {
+                    idempotency_key: "key-1".into(),
+                },
+            )
+            .await
+            .unwrap_err();
+        assert!(err.to_string().contains("CASE_STATUS_CHANGED"), "{err}");
+        let moved = tools
+            .repo
+            .case("tenant-demo", "C-104")
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(moved.version, 1, "the case did not move");
     }
 }

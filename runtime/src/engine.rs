@@ -181,6 +181,25 @@ impl<S: RunStateEnum> Run<S> {
     }
 }
 
+/// Ends a call without a result (denied, failed, refused): its ledger row says why
+/// and the step counts against the no-new-evidence budget.
+fn refuse_call<S: RunStateEnum>(
+    run: &mut Run<S>,
+    mut row: LedgerRow,
+    status: CallStatus,
+    class: &str,
+    code: &str,
+    now: u64,
+) {
+    telemetry::tool_refused(class);
+    row.status = status;
+    row.error_class = Some(class.to_string());
+    row.error_code = Some(code.to_string());
+    row.finished_at_ms = Some(now);
+    run.record(row);
+    run.controls.step_without_result();
+}
+
 fn state<S: RunStateEnum>(name: &str) -> S {
     // INVARIANT: the compiler checks that the table declares every state the runtime
     // names (E0306), so a generated bundle always has these.
@@ -537,7 +556,7 @@ impl<B: ContractBundle> Engine<B> {
         store: &St,
     ) -> Result<Option<Outcome>, RuntimeError> {
         let waiting = run.pending.clone().map(|p| p.row);
-        let (Some(mut row), Some(tool)) = (
+        let (Some(row), Some(tool)) = (
             waiting.clone(),
             waiting.as_ref().and_then(|r| B::tool(&r.tool_name)),
         ) else {
@@ -549,13 +568,8 @@ impl<B: ContractBundle> Engine<B> {
             return Err(RuntimeError::AwaitingApproval(run.spec.run_id.clone()));
         };
         let now = self.now();
-        let refuse = |run: &mut Run<B::State>, mut row: LedgerRow, code: &str| {
-            row.status = CallStatus::Denied;
-            row.error_class = Some("approval".into());
-            row.error_code = Some(code.to_string());
-            row.finished_at_ms = Some(now);
-            run.record(row);
-            run.controls.step_without_result();
+        let refuse = |run: &mut Run<B::State>, row, code: &str| {
+            refuse_call(run, row, CallStatus::Denied, "approval", code, now)
         };
         let same_action = approval.fingerprint == row.fingerprint;
         match approval.status {
@@ -590,12 +604,7 @@ impl<B: ContractBundle> Engine<B> {
                 };
                 telemetry::authorization(tool.name, decision.reason());
                 if let AuthzDecision::Deny { reason, .. } = decision {
-                    row.status = CallStatus::Denied;
-                    row.error_class = Some("authorization".into());
-                    row.error_code = Some(reason.clone());
-                    row.finished_at_ms = Some(now);
-                    run.record(row);
-                    run.controls.step_without_result();
+                    refuse_call(run, row, CallStatus::Denied, "authorization", &reason, now);
                     return self.stop(run, "needs_human", &reason, store).await;
                 }
                 let arguments = row.arguments.clone();
@@ -1064,18 +1073,8 @@ impl<B: ContractBundle> Engine<B> {
         run.record(row.clone());
         run.go(state("tool_proposed"), None, now)?;
 
-        let deny = |run: &mut Run<B::State>,
-                    mut row: LedgerRow,
-                    status: CallStatus,
-                    class: &str,
-                    code: &str| {
-            telemetry::tool_refused(class);
-            row.status = status;
-            row.error_class = Some(class.to_string());
-            row.error_code = Some(code.to_string());
-            row.finished_at_ms = Some(now);
-            run.record(row);
-            run.controls.step_without_result();
+        let deny = |run: &mut Run<B::State>, row, status, class: &str, code: &str| {
+            refuse_call(run, row, status, class, code, now)
         };
         if run.controls.propose(&fingerprint) >= self.budgets.repeat_limit {
             deny(
@@ -1164,18 +1163,8 @@ impl<B: ContractBundle> Engine<B> {
         store: &St,
     ) -> Result<Option<Outcome>, RuntimeError> {
         let now = self.now();
-        let deny = |run: &mut Run<B::State>,
-                    mut row: LedgerRow,
-                    status: CallStatus,
-                    class: &str,
-                    code: &str| {
-            telemetry::tool_refused(class);
-            row.status = status;
-            row.error_class = Some(class.to_string());
-            row.error_code = Some(code.to_string());
-            row.finished_at_ms = Some(now);
-            run.record(row);
-            run.controls.step_without_result();
+        let deny = |run: &mut Run<B::State>, row, status, class: &str, code: &str| {
+            refuse_call(run, row, status, class, code, now)
         };
         // A recovered call proven not to have run is already in `tool_running`.
         if run.machine.state().as_str() != "tool_running" {

@@ -73,7 +73,80 @@ pub(crate) async fn terminal_events(
     names: &EventNames,
     outcome: &Outcome,
 ) -> Result<[Statement; 2], DbError> {
-    let (tenant, actor) = (who.tenant, who.actor);
+    let mut payload = json!({
+        "run_id": outcome.run_id,
+        "actor": who.actor,
+        "request_id": who.request_id,
+        "status": outcome.status,
+        "stop_reason": outcome.stop_reason,
+        "step_count": outcome.step_count,
+        "outcome": outcome.final_answer.as_ref().and_then(|a| a.get("outcome")).cloned(),
+        "provenance": outcome.provenance,
+    });
+    payload[names.resource_key] = json!(who.resource_id);
+    let mut event = json!({
+        "type": names.completed_topic,
+        "tenant_id": who.tenant,
+        "run_id": outcome.run_id,
+        "request_id": who.request_id,
+        "status": outcome.status,
+        "stop_reason": outcome.stop_reason,
+        "result": outcome.final_answer,
+        "provenance": outcome.provenance,
+    });
+    event[names.resource_key] = json!(who.resource_id);
+    let fact = Fact {
+        tenant: who.tenant,
+        run_id: &outcome.run_id,
+        kind: RUN_EVENT,
+        topic: &names.completed_topic,
+    };
+    chain_events(db, tx, &fact, &payload, &event).await
+}
+
+/// Appends an event about a fact other than a run's end (an approval asked for or
+/// decided) to the tenant's chain, and its outbox event (the payload, with its `type`
+/// and `tenant_id`): the two inserts, for the caller to run in the transaction that
+/// records the fact.
+pub(crate) async fn fact_events(
+    db: &Db,
+    tx: &mut Tx,
+    tenant: &str,
+    run_id: &str,
+    kind: &str,
+    topic: &str,
+    payload: &Value,
+) -> Result<[Statement; 2], DbError> {
+    let mut event = payload.clone();
+    event["type"] = json!(topic);
+    event["tenant_id"] = json!(tenant);
+    let fact = Fact {
+        tenant,
+        run_id,
+        kind,
+        topic,
+    };
+    chain_events(db, tx, &fact, payload, &event).await
+}
+
+/// Where an event goes: the tenant's chain (as `kind`) and the outbox (as `topic`).
+struct Fact<'a> {
+    tenant: &'a str,
+    run_id: &'a str,
+    kind: &'a str,
+    topic: &'a str,
+}
+
+/// Reads the tenant's chain head inside `tx` and returns the audit insert that links
+/// `payload` to it and the outbox insert of `event`.
+async fn chain_events(
+    db: &Db,
+    tx: &mut Tx,
+    fact: &Fact<'_>,
+    payload: &Value,
+    event: &Value,
+) -> Result<[Statement; 2], DbError> {
+    let tenant = fact.tenant;
     // One appender per tenant chain at a time: on PostgreSQL a transaction-scoped
     // advisory lock on the tenant (SQLite's BEGIN IMMEDIATE already serializes).
     if db.dialect == super::Dialect::Postgres {
@@ -94,30 +167,8 @@ pub(crate) async fn terminal_events(
         None => (0, GENESIS.to_string()),
     };
     let seq = prev_seq + 1;
-    let mut payload = json!({
-        "run_id": outcome.run_id,
-        "actor": actor,
-        "request_id": who.request_id,
-        "status": outcome.status,
-        "stop_reason": outcome.stop_reason,
-        "step_count": outcome.step_count,
-        "outcome": outcome.final_answer.as_ref().and_then(|a| a.get("outcome")).cloned(),
-        "provenance": outcome.provenance,
-    });
-    payload[names.resource_key] = json!(who.resource_id);
-    let hash = event_hash(&prev_hash, seq, RUN_EVENT, &outcome.run_id, &payload);
+    let hash = event_hash(&prev_hash, seq, fact.kind, fact.run_id, payload);
     let now = now_ms();
-    let mut event = json!({
-        "type": names.completed_topic,
-        "tenant_id": tenant,
-        "run_id": outcome.run_id,
-        "request_id": who.request_id,
-        "status": outcome.status,
-        "stop_reason": outcome.stop_reason,
-        "result": outcome.final_answer,
-        "provenance": outcome.provenance,
-    });
-    event[names.resource_key] = json!(who.resource_id);
     Ok([
         Statement::new(
             "INSERT INTO audit_events (tenant_id, seq, event_id, run_id, kind, payload, prev_hash, hash, at_ms) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
@@ -125,8 +176,8 @@ pub(crate) async fn terminal_events(
                 tenant,
                 seq,
                 uuid::Uuid::new_v4().to_string(),
-                &outcome.run_id,
-                RUN_EVENT,
+                fact.run_id,
+                fact.kind,
                 payload.to_string(),
                 &prev_hash,
                 &hash,
@@ -138,72 +189,8 @@ pub(crate) async fn terminal_events(
             params![
                 uuid::Uuid::new_v4().to_string(),
                 tenant,
-                &outcome.run_id,
-                &names.completed_topic,
-                event.to_string(),
-                now
-            ],
-        ),
-    ])
-}
-
-/// Appends an event about a fact other than a run's end (an approval asked for or
-/// decided) to the tenant's chain, and its outbox event: the two inserts, for the
-/// caller to run in the transaction that records the fact.
-pub(crate) async fn fact_events(
-    db: &Db,
-    tx: &mut Tx,
-    tenant: &str,
-    run_id: &str,
-    kind: &str,
-    topic: &str,
-    payload: &Value,
-) -> Result<[Statement; 2], DbError> {
-    if db.dialect == super::Dialect::Postgres {
-        tx.fetch_optional(
-            "SELECT pg_advisory_xact_lock(hashtext(?))::text",
-            &params![format!("caseops-audit:{tenant}")],
-        )
-        .await?;
-    }
-    let last = tx
-        .fetch_optional(
-            "SELECT seq, hash FROM audit_events WHERE tenant_id = ? ORDER BY seq DESC LIMIT 1",
-            &params![tenant],
-        )
-        .await?;
-    let (prev_seq, prev_hash) = match last {
-        Some(r) => (r.get::<i64>("seq")?, r.get::<String>("hash")?),
-        None => (0, GENESIS.to_string()),
-    };
-    let seq = prev_seq + 1;
-    let hash = event_hash(&prev_hash, seq, kind, run_id, payload);
-    let now = now_ms();
-    let mut event = payload.clone();
-    event["type"] = json!(topic);
-    event["tenant_id"] = json!(tenant);
-    Ok([
-        Statement::new(
-            "INSERT INTO audit_events (tenant_id, seq, event_id, run_id, kind, payload, prev_hash, hash, at_ms) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            params![
-                tenant,
-                seq,
-                uuid::Uuid::new_v4().to_string(),
-                run_id,
-                kind,
-                payload.to_string(),
-                &prev_hash,
-                &hash,
-                now
-            ],
-        ),
-        Statement::new(
-            "INSERT INTO outbox_events (event_id, tenant_id, run_id, topic, payload, created_at) VALUES (?, ?, ?, ?, ?, ?)",
-            params![
-                uuid::Uuid::new_v4().to_string(),
-                tenant,
-                run_id,
-                topic,
+                fact.run_id,
+                fact.topic,
                 event.to_string(),
                 now
             ],

@@ -363,6 +363,14 @@ async fn an_approved_c104_run_marks_the_case_ready_once_and_completes() {
         let other = "dev-key-tenant-other-supervisor";
         let (status, _) = get_as(&s.api, other, &format!("/v1/approvals/{id}")).await;
         assert_eq!(status, 404, "{backend}");
+        for bad in ["status=done", "limit=0", "limit=many", "sort=newest"] {
+            let (status, problem) =
+                get_as(&s.api, SUPERVISOR, &format!("/v1/approvals?{bad}")).await;
+            assert_eq!(status, 422, "{backend}: `{bad}`: {problem}");
+            let detail = problem["detail"].as_str().unwrap();
+            let named = bad.split('=').next().unwrap();
+            assert!(detail.contains(&format!("`{named}`")), "{bad}: {detail}");
+        }
         let (_, theirs) = get_as(&s.api, other, "/v1/approvals?status=pending").await;
         assert_eq!(theirs["approvals"], json!([]), "{backend}");
         let (status, _) = decide(&s.api, other, id, json!({"decision": "approve"})).await;

@@ -788,7 +788,8 @@ fn openapi(contract: &RunContract) -> Value {
                         "properties": {
                             "run_id": {"type": "string"}, "tool_call_id": {"type": "string"}, "tool_name": {"type": "string"},
                             "tool_version": {"type": "string"}, "arguments": {"type": "object"}, "arguments_hash": {"type": "string"},
-                            "fingerprint": {"type": "string"}, "status": {"type": "string"}, "attempt_count": {"type": "integer"},
+                            "fingerprint": {"type": "string"}, "idempotency_key": {"type": "string", "description": "a write's business idempotency key (absent for reads)"},
+                            "status": {"type": "string"}, "attempt_count": {"type": "integer"},
                             "result": {}, "error_class": nullable("string"), "error_code": nullable("string"),
                             "bundle_digest": {"type": "string"}, "started_at_ms": {"type": "integer"}, "finished_at_ms": nullable("integer"),
                         },

@@ -910,6 +910,7 @@ impl<B: ContractBundle> Engine<B> {
             arguments: arguments.clone(),
             arguments_hash: arguments_hash(arguments),
             fingerprint: fingerprint.to_string(),
+            idempotency_key: idempotency_key(&run.spec.tenant_id, tool, arguments),
             status: CallStatus::Proposed,
             attempt_count: 0,
             result: None,

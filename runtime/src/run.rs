@@ -104,6 +104,11 @@ pub struct LedgerRow {
     pub arguments: Value,
     pub arguments_hash: String,
     pub fingerprint: String,
+    /// A write's business idempotency key ([`crate::handler::idempotency_key`]),
+    /// recorded with its intent before it runs: reconciliation and an operator find
+    /// its effect by it. `None` for reads.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub idempotency_key: Option<String>,
     pub status: CallStatus,
     pub attempt_count: u32,
     pub result: Option<Value>,

@@ -265,6 +265,13 @@ async fn the_c103_run_requests_the_missing_document_once_and_cites_the_request()
             json!({"case_id": "C-103", "document_codes": ["ACCIDENT_CERTIFICATE"]}),
             "{backend}: the idempotency key never travels in the arguments"
         );
+        // …but the write's intent records it; reads have none.
+        let key = rows[4]["idempotency_key"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string();
+        assert_eq!(key.len(), 64, "{backend}: {}", rows[4]);
+        assert!(rows[..4].iter().all(|r| r.get("idempotency_key").is_none()));
 
         // A second run on the case makes the same business request: it gets the
         // first one back, and no second request exists.
@@ -277,6 +284,23 @@ async fn the_c103_run_requests_the_missing_document_once_and_cites_the_request()
                 .iter()
                 .any(|r| r == request.as_str()),
             "{backend}: {again}"
+        );
+        let again_id = again["run_id"].as_str().unwrap();
+        let ledger = get(
+            &s.api,
+            &format!("/v1/agent-runs/{again_id}/tool-executions"),
+        )
+        .await;
+        let write = ledger["tool_executions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["tool_name"] == "caseops_request_missing_documents")
+            .cloned()
+            .unwrap();
+        assert_eq!(
+            write["idempotency_key"], key,
+            "{backend}: one business intent, one key, across runs"
         );
     }
 }

@@ -174,6 +174,13 @@ pub const HOST_MIGRATIONS: &[Migration] = &[
         sqlite: include_str!("../../migrations/sqlite/1001_approvals.sql"),
         postgres: include_str!("../../migrations/postgres/1001_approvals.sql"),
     },
+    // Past the service's 1002, for the same reason.
+    Migration {
+        version: 1003,
+        description: "ledger idempotency key",
+        sqlite: include_str!("../../migrations/sqlite/1003_ledger_idempotency_key.sql"),
+        postgres: include_str!("../../migrations/postgres/1003_ledger_idempotency_key.sql"),
+    },
 ];
 
 const HOST_TABLES: &[&str] = &[
@@ -602,8 +609,8 @@ mod tests {
     #[test]
     fn application_migrations_follow_the_hosts_in_version_order() {
         let order: Vec<i64> = migrations(&NOTES).iter().map(|m| m.version).collect();
-        assert_eq!(order, [1, 3, 4, 5, 1000, 1001]);
-        assert_eq!(latest(&NOTES), 1001);
+        assert_eq!(order, [1, 3, 4, 5, 1000, 1001, 1003]);
+        assert_eq!(latest(&NOTES), 1003);
     }
 
     #[tokio::test]

@@ -565,7 +565,7 @@ impl SqlRunStore {
         filter: &str,
         params: &[super::sql::Param],
     ) -> Result<Vec<LedgerRow>, DbError> {
-        let rows = self.db.fetch_all(&format!("SELECT run_id, tool_call_id, tool_name, tool_version, arguments, arguments_hash, fingerprint, status, attempt_count, result, error_class, error_code, bundle_digest, started_at, finished_at \
+        let rows = self.db.fetch_all(&format!("SELECT run_id, tool_call_id, tool_name, tool_version, arguments, arguments_hash, fingerprint, idempotency_key, status, attempt_count, result, error_class, error_code, bundle_digest, started_at, finished_at \
              FROM tool_executions WHERE {filter} ORDER BY started_at, tool_call_id"), params)
         .await?;
         let mut out: Vec<LedgerRow> = rows
@@ -583,6 +583,7 @@ impl SqlRunStore {
                     })?,
                     arguments_hash: r.get("arguments_hash")?,
                     fingerprint: r.get("fingerprint")?,
+                    idempotency_key: r.get("idempotency_key")?,
                     status: status_of(&r.get::<String>("status")?)?,
                     attempt_count: r.get::<i64>("attempt_count")? as u32,
                     result: parse_json(r.get("result")?, "tool_executions")?,
@@ -704,11 +705,11 @@ impl SqlRunStore {
         }
         for row in &batch.ledger {
             parts.push(Statement::new(
-                format!("INSERT INTO tool_executions (run_id, tool_call_id, tenant_id, tool_name, tool_version, arguments, arguments_hash, fingerprint, status, attempt_count, result, error_class, error_code, bundle_digest, started_at, finished_at) \
-                 SELECT ?, ?, (SELECT tenant_id FROM runs WHERE run_id = ?), ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ? WHERE {gate} \
+                format!("INSERT INTO tool_executions (run_id, tool_call_id, tenant_id, tool_name, tool_version, arguments, arguments_hash, fingerprint, idempotency_key, status, attempt_count, result, error_class, error_code, bundle_digest, started_at, finished_at) \
+                 SELECT ?, ?, (SELECT tenant_id FROM runs WHERE run_id = ?), ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ? WHERE {gate} \
                  ON CONFLICT (run_id, tool_call_id) DO UPDATE SET status = excluded.status, attempt_count = excluded.attempt_count, result = excluded.result, \
                  error_class = excluded.error_class, error_code = excluded.error_code, finished_at = excluded.finished_at"),
-                params![&row.run_id, &row.tool_call_id, &row.run_id, &row.tool_name, &row.tool_version, row.arguments.to_string(), &row.arguments_hash, &row.fingerprint, row.status.as_str(), i64::from(row.attempt_count), row.result.as_ref().map(Value::to_string), row.error_class.clone(), row.error_code.clone(), &row.bundle_digest, row.started_at_ms as i64, row.finished_at_ms.map(|v| v as i64)],
+                params![&row.run_id, &row.tool_call_id, &row.run_id, &row.tool_name, &row.tool_version, row.arguments.to_string(), &row.arguments_hash, &row.fingerprint, row.idempotency_key.clone(), row.status.as_str(), i64::from(row.attempt_count), row.result.as_ref().map(Value::to_string), row.error_class.clone(), row.error_code.clone(), &row.bundle_digest, row.started_at_ms as i64, row.finished_at_ms.map(|v| v as i64)],
             ));
         }
         parts

@@ -83,6 +83,8 @@ pub struct AppState {
     pub default_wait: std::time::Duration,
     /// A request body must have arrived within this.
     pub body_read: std::time::Duration,
+    /// The in-process outbox relay's state, when this process runs one.
+    pub relay: Option<Arc<crate::relay::RelayHealth>>,
 }
 
 pub fn router(state: Arc<AppState>) -> Router {
@@ -695,20 +697,35 @@ async fn ready(State(state): State<Arc<AppState>>) -> Response {
         Err(_) => Err(timed_out("the database")),
     };
     let stopping = state.workers.is_stopping();
+    // The relay is reported, not required: runs go on while NATS is down (the
+    // outbox holds their events), so a replica stays in its balancer.
+    let relay = state
+        .relay
+        .as_ref()
+        .map(|r| r.ready().err().unwrap_or_else(|| "ok".into()));
     if db.is_ok() && mcp.is_ok() && !stopping {
-        return axum::Json(json!({ "status": "ready", "database": "ok", "mcp": "ok" }))
-            .into_response();
+        let mut body = json!({ "status": "ready", "database": "ok", "mcp": "ok" });
+        if let Some(relay) = relay {
+            body["relay"] = json!(relay);
+        }
+        return axum::Json(body).into_response();
     }
-    let body = json!({
+    let mut body = json!({
         "status": if stopping { "stopping" } else { "not_ready" },
         "database": db.err().unwrap_or_else(|| "ok".into()),
         "mcp": mcp.err().unwrap_or_else(|| "ok".into()),
     });
+    if let Some(relay) = relay {
+        body["relay"] = json!(relay);
+    }
     (StatusCode::SERVICE_UNAVAILABLE, axum::Json(body)).into_response()
 }
 
 async fn metrics(State(state): State<Arc<AppState>>) -> Response {
     let in_flight = state.runs.running_count().await.ok();
+    if let Ok((events, oldest)) = crate::store::outbox::backlog(&state.runs.db).await {
+        crate::metrics::outbox_backlog(events, oldest);
+    }
     let (busy, workers) = state.workers.busy();
     let mut r = state
         .metrics

@@ -60,6 +60,9 @@ pub enum HostCommand {
     /// Audit trail tools.
     #[command(subcommand)]
     Audit(AuditCommand),
+    /// Publish the outbox's events to NATS JetStream until stopped (SIGTERM or
+    /// SIGINT). Several relays may share one PostgreSQL database; on SQLite run one.
+    Relay(RelayArgs),
 }
 
 impl HostCli {
@@ -77,6 +80,7 @@ impl HostCli {
                 .map(|_| out!("database is up to date")),
             HostCommand::Runs(command) => runs(self, command).await,
             HostCommand::Audit(command) => audit(self, command).await,
+            HostCommand::Relay(args) => relay(self, args).await,
         };
         match result {
             Ok(()) => std::process::ExitCode::SUCCESS,
@@ -191,6 +195,97 @@ pub struct ServeArgs {
     /// before they are handed over to another replica mid-step.
     #[arg(long, env = "CASEOPS_SHUTDOWN_GRACE_SECONDS", default_value_t = 10)]
     pub shutdown_grace_seconds: u64,
+    /// Also publish the outbox to this NATS server's JetStream from this process,
+    /// e.g. `nats://127.0.0.1:4222` (see `relay` for a relay of its own).
+    #[arg(long = "relay", env = "CASEOPS_RELAY", value_name = "NATS_URL")]
+    pub relay: Option<String>,
+    #[command(flatten)]
+    pub relay_options: RelayOptions,
+}
+
+/// How a relay publishes (shared by `relay` and `serve --relay`).
+#[derive(Args, Clone, Debug)]
+pub struct RelayOptions {
+    /// The JetStream stream events go to (created with subjects `<prefix>.>` when
+    /// missing, file storage, a 2-minute duplicate window).
+    #[arg(long, env = "CASEOPS_RELAY_STREAM", default_value = "CASEOPS")]
+    pub relay_stream: String,
+    /// Subjects are `<prefix>.<tenant>.<event type>`.
+    #[arg(long, env = "CASEOPS_RELAY_SUBJECT_PREFIX", default_value = "caseops")]
+    pub relay_subject_prefix: String,
+    /// Events claimed per batch.
+    #[arg(long, env = "CASEOPS_RELAY_BATCH", default_value_t = 1000)]
+    pub relay_batch: usize,
+    /// Publishes awaiting JetStream's acknowledgement at once.
+    #[arg(long, env = "CASEOPS_RELAY_WINDOW", default_value_t = 256)]
+    pub relay_window: usize,
+    /// Hours a published event stays in the outbox before it is deleted.
+    #[arg(long, env = "CASEOPS_OUTBOX_RETENTION_HOURS", default_value_t = 168)]
+    pub outbox_retention_hours: u64,
+}
+
+impl RelayOptions {
+    pub fn config(&self, nats_url: &str) -> crate::relay::RelayConfig {
+        crate::relay::RelayConfig {
+            nats_url: nats_url.to_string(),
+            stream: self.relay_stream.clone(),
+            subject_prefix: self.relay_subject_prefix.clone(),
+            batch: self.relay_batch.max(1),
+            window: self.relay_window.max(1),
+            retention: Duration::from_secs(self.outbox_retention_hours.saturating_mul(3600)),
+            ..Default::default()
+        }
+    }
+}
+
+/// The options of `relay`.
+#[derive(Args, Clone, Debug)]
+pub struct RelayArgs {
+    #[command(flatten)]
+    pub db: DbArgs,
+    #[command(flatten)]
+    pub logs: crate::logging::LogArgs,
+    /// The NATS server with JetStream.
+    #[arg(
+        long,
+        env = "CASEOPS_NATS_URL",
+        default_value = "nats://127.0.0.1:4222"
+    )]
+    pub nats_url: String,
+    #[command(flatten)]
+    pub options: RelayOptions,
+}
+
+/// `relay`: publishes the outbox until SIGTERM or SIGINT, then logs its counts.
+pub async fn relay(cli: &HostCli, args: RelayArgs) -> Result<(), String> {
+    crate::logging::init(&args.logs)?;
+    let url = args.db.url(cli);
+    let db = Db::connect(&url, 2, cli.schema)
+        .await
+        .map_err(|e| e.to_string())?;
+    let health = std::sync::Arc::new(crate::relay::RelayHealth::default());
+    let (stop, stopped) = tokio::sync::watch::channel(false);
+    let mut task = tokio::spawn(crate::relay::run(
+        db,
+        args.options.config(&args.nats_url),
+        health.clone(),
+        stopped,
+    ));
+    let name = cli.name;
+    tracing::info!(database = %redact(&url), nats = %args.nats_url, "{name} relay started");
+    let joined = tokio::select! {
+        signal = stop_signal() => {
+            let signal = signal?;
+            tracing::info!("{name} relay: {signal}: stopping");
+            let _ = stop.send(true);
+            task.await
+        }
+        joined = &mut task => joined,
+    };
+    let result = joined.map_err(|e| e.to_string())?;
+    let (published, duplicates) = health.counts();
+    tracing::info!(published, duplicates, "{name} relay stopped");
+    result.map_err(|e| e.to_string())
 }
 
 impl ServeArgs {
@@ -254,6 +349,10 @@ impl ServeArgs {
                     .unwrap_or_else(crate::http::default_max_connections)
                     .max(1),
             },
+            relay: self
+                .relay
+                .as_deref()
+                .map(|url| self.relay_options.config(url)),
         })
     }
 }

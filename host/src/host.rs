@@ -56,6 +56,8 @@ pub struct HostConfig {
     pub limits: Limits,
     /// How long a person has to decide on a call that needs approval.
     pub approval_ttl: std::time::Duration,
+    /// Publish the outbox to NATS JetStream from this process (`serve --relay`).
+    pub relay: Option<crate::relay::RelayConfig>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -85,6 +87,13 @@ pub struct RunningHost {
     workers: Option<Arc<Workers>>,
     api: Option<Server>,
     mcp: Option<Server>,
+    relay: Option<RelayTask>,
+}
+
+/// The in-process relay and how to stop it.
+struct RelayTask {
+    stop: tokio::sync::watch::Sender<bool>,
+    task: tokio::task::JoinHandle<()>,
 }
 
 impl RunningHost {
@@ -106,6 +115,12 @@ impl RunningHost {
         }
         if let Some(mcp) = self.mcp {
             mcp.stop(settle).await;
+        }
+        // Last: it publishes what the runs committed until now (what it leaves, the
+        // next relay publishes).
+        if let Some(relay) = self.relay {
+            let _ = relay.stop.send(true);
+            let _ = tokio::time::timeout(settle, relay.task).await;
         }
     }
 }
@@ -155,6 +170,24 @@ where
     };
     let db = Db::connect(&config.database_url, 8, config.schema).await?;
     let key = config.signing_key.as_bytes().to_vec();
+    let relay_health = config
+        .relay
+        .as_ref()
+        .map(|_| Arc::new(crate::relay::RelayHealth::default()));
+    let relay = config
+        .relay
+        .clone()
+        .zip(relay_health.clone())
+        .map(|(relay_config, health)| {
+            let (stop, stopped) = tokio::sync::watch::channel(false);
+            let db = db.clone();
+            let task = tokio::spawn(async move {
+                if let Err(e) = crate::relay::run(db, relay_config, health, stopped).await {
+                    tracing::error!(error = %e, "the outbox relay stopped");
+                }
+            });
+            RelayTask { stop, task }
+        });
 
     let api_addr = match &api_listener {
         Some(l) => l
@@ -271,6 +304,7 @@ where
             // covers a takeover. Past it the request answers 202.
             default_wait: budget + std::time::Duration::from_secs(10),
             body_read: config.limits.body_read,
+            relay: relay_health.clone(),
         };
         api = Some(Server::spawn(
             "api",
@@ -289,5 +323,6 @@ where
         workers,
         api,
         mcp,
+        relay,
     })
 }

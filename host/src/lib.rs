@@ -22,6 +22,7 @@
 pub mod api;
 pub mod approvals_api;
 pub mod cli;
+pub mod event_types;
 pub mod events;
 pub mod fault;
 pub mod host;
@@ -30,6 +31,7 @@ pub mod logging;
 pub mod mcp;
 pub mod metrics;
 pub mod openai;
+pub mod relay;
 pub mod store;
 pub mod traces;
 pub mod worker;

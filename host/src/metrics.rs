@@ -26,6 +26,9 @@ const COMMIT_DURATION: &str = "caseops_commit_duration_seconds";
 const RUNS_IN_FLIGHT: &str = "caseops_runs_in_flight";
 const WORKERS_BUSY: &str = "caseops_workers_busy";
 const WORKERS: &str = "caseops_workers";
+const OUTBOX_PUBLISHED: &str = "caseops_outbox_published_total";
+const OUTBOX_BACKLOG: &str = "caseops_outbox_backlog_events";
+const OUTBOX_OLDEST: &str = "caseops_outbox_oldest_pending_age_seconds";
 
 /// Bucket bounds in seconds, from a fast tool call (0.1 ms) to a long run (2 min).
 const BUCKETS: &[f64] = &[
@@ -70,6 +73,19 @@ fn install() -> Option<PrometheusHandle> {
 }
 
 fn describe() {
+    describe_counter!(
+        OUTBOX_PUBLISHED,
+        "Outbox events this process's relay published and JetStream acknowledged."
+    );
+    describe_gauge!(
+        OUTBOX_BACKLOG,
+        "Outbox events not yet published, across every relay."
+    );
+    describe_gauge!(
+        OUTBOX_OLDEST,
+        Unit::Seconds,
+        "Age of the oldest unpublished outbox event (0 when none)."
+    );
     describe_counter!(RUNS_STARTED, "Agent runs created.");
     describe_counter!(RUNS_REPLAYED, "Run requests answered from an existing run.");
     describe_counter!(
@@ -185,6 +201,16 @@ impl Metrics {
         gauge!(WORKERS).set(workers as f64);
         handle.render()
     }
+}
+
+/// The outbox's backlog, read from the database at scrape time.
+pub(crate) fn outbox_backlog(events: u64, oldest_age_ms: Option<i64>) {
+    gauge!(OUTBOX_BACKLOG).set(events as f64);
+    gauge!(OUTBOX_OLDEST).set(oldest_age_ms.unwrap_or(0) as f64 / 1000.0);
+}
+
+pub(crate) fn outbox_published(n: u64) {
+    counter!(OUTBOX_PUBLISHED).increment(n);
 }
 
 /// The store's measurements (it holds no [`Metrics`]: the recorder is global).

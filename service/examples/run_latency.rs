@@ -129,6 +129,7 @@ async fn through_api(url: &str, runs: usize) -> Vec<f64> {
             approval_ttl: std::time::Duration::from_secs(86_400),
             workers: 8,
             limits: Default::default(),
+            relay: None,
         },
         AnyPlanner::Conformance(ConformancePlanner),
     )

@@ -130,6 +130,10 @@ enum Command {
         #[command(subcommand)]
         command: AuditCommand,
     },
+    /// Publish the outbox's events (runs started and finished, approvals, write
+    /// effects) to NATS JetStream until stopped; see docs/events.md. Several relays
+    /// may share one PostgreSQL database; on SQLite run one.
+    Relay(caseops_host::cli::RelayArgs),
 }
 
 #[derive(Args, Clone)]
@@ -217,6 +221,7 @@ async fn main() -> ExitCode {
         },
         Command::Runs { command } => caseops_host::cli::runs(&HOST_CLI, command).await,
         Command::Audit { command } => caseops_host::cli::audit(&HOST_CLI, command).await,
+        Command::Relay(args) => caseops_host::cli::relay(&HOST_CLI, args).await,
         Command::Bench {
             scenario,
             api,
@@ -344,6 +349,7 @@ async fn demo(database: Option<String>) -> Result<(), String> {
             approval_ttl: std::time::Duration::from_secs(86_400),
             workers: 8,
             limits: Default::default(),
+            relay: None,
         },
         AnyPlanner::Conformance(ConformancePlanner),
     )

@@ -125,8 +125,9 @@ async fn a_c102_run_commits_at_most_two_transactions_per_tool_step() {
             store.get("tenant-other", "r1").await.unwrap().is_none(),
             "tenant-scoped"
         );
+        // The run's start and its end.
         let v = audit::verify(&db).await.unwrap();
-        assert_eq!((v.events, v.problems.len()), (1, 0), "{backend}");
+        assert_eq!((v.events, v.problems.len()), (2, 0), "{backend}");
     }
 }
 
@@ -250,14 +251,30 @@ async fn the_audit_chain_detects_an_edited_or_deleted_event() {
             "{backend}: {:?}",
             v.problems
         );
-        let outbox: i64 = db
-            .fetch_optional("SELECT COUNT(*) AS n FROM outbox_events", &[])
-            .await
-            .unwrap()
-            .unwrap()
-            .get("n")
-            .unwrap();
-        assert_eq!(outbox, 3, "{backend}: one outbox event per terminal run");
+        let count = |topic: &'static str| {
+            let db = db.clone();
+            async move {
+                db.fetch_optional(
+                    "SELECT COUNT(*) AS n FROM outbox_events WHERE topic LIKE ?",
+                    &[topic.into()],
+                )
+                .await
+                .unwrap()
+                .unwrap()
+                .get::<i64>("n")
+                .unwrap()
+            }
+        };
+        assert_eq!(
+            count("%.agent-run.completed.v1").await,
+            3,
+            "{backend}: one outbox event per terminal run"
+        );
+        assert_eq!(
+            count("%.agent-run.started.v1").await,
+            3,
+            "{backend}: one outbox event per started run"
+        );
     }
 }
 
@@ -289,12 +306,13 @@ async fn a_completed_runs_audit_and_outbox_events_name_the_call_behind_each_cite
             .into_iter()
             .map(|r| (r.get("tool_call_id").unwrap(), r.get("tool_name").unwrap()))
             .collect();
-        for (table, kind) in [("audit_events", "kind"), ("outbox_events", "topic")] {
+        for (table, kind) in [
+            ("audit_events", "kind = 'agent.run'"),
+            ("outbox_events", "topic LIKE '%.agent-run.completed.v1'"),
+        ] {
             let payload: String = db
                 .fetch_optional(
-                    &format!(
-                        "SELECT payload FROM {table} WHERE run_id = 'p1' AND {kind} LIKE '%run%'"
-                    ),
+                    &format!("SELECT payload FROM {table} WHERE run_id = 'p1' AND {kind}"),
                     &[],
                 )
                 .await
@@ -303,6 +321,11 @@ async fn a_completed_runs_audit_and_outbox_events_name_the_call_behind_each_cite
                 .get("payload")
                 .unwrap();
             let payload: Value = serde_json::from_str(&payload).unwrap();
+            // The outbox holds the envelope; its `data` is what the audit event says.
+            let payload = match table {
+                "outbox_events" => payload["data"].clone(),
+                _ => payload,
+            };
             for reference in &cited {
                 let from = &payload["provenance"][reference.as_str().unwrap()];
                 let call = (
@@ -644,5 +667,69 @@ async fn a_write_is_recorded_once_per_key_and_the_first_comes_back() {
             "{backend}: another key finds the case moved on: {err}"
         );
         assert_eq!(count("case_transitions").await, 1, "{backend}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_write_run_writes_started_effect_and_finished_events_each_matching_its_catalog_schema() {
+    use caseops_host::event_types::{catalog, envelope_schema};
+    for (backend, url) in fresh_databases("event_types").await {
+        let (db, _, direct) = setup(&url).await;
+        let store = SqlRunStore::new(db.clone()).for_bundle::<Bundle>();
+        let mut run = new_run("w1", "events-key-1", "h");
+        run.spec.resource_id = "C-103".into();
+        run.spec.catalog = Bundle::TOOLS.iter().map(|t| t.name.to_string()).collect();
+        store.allocate(&run).await.unwrap();
+        let out = Engine::<Bundle>::new()
+            .unwrap()
+            .start(run.spec.clone(), &ConformancePlanner, &direct, &store)
+            .await
+            .unwrap();
+        assert_eq!(out.status, "completed", "{backend}: {out:?}");
+        let rows = db
+            .fetch_all(
+                "SELECT topic, payload, seq FROM outbox_events WHERE run_id = 'w1' ORDER BY seq",
+                &[],
+            )
+            .await
+            .unwrap();
+        let topics: Vec<String> = rows.iter().map(|r| r.get("topic").unwrap()).collect();
+        assert_eq!(
+            topics,
+            [
+                "case.agent-run.started.v1",
+                "effect.confirmed.v1",
+                "case.agent-run.completed.v1"
+            ],
+            "{backend}"
+        );
+        let types = catalog(&audit::EventNames::of::<Bundle>());
+        for r in &rows {
+            let topic: String = r.get("topic").unwrap();
+            let payload: Value =
+                serde_json::from_str(&r.get::<String>("payload").unwrap()).unwrap();
+            let event = types.iter().find(|t| t.name == topic).unwrap();
+            let schema = jsonschema::validator_for(&envelope_schema(event)).unwrap();
+            let errors: Vec<String> = schema
+                .iter_errors(&payload)
+                .map(|e| e.to_string())
+                .collect();
+            assert!(
+                errors.is_empty(),
+                "{backend}: {topic}: {errors:?} in {payload}"
+            );
+            assert_eq!(payload["tenant"], "tenant-demo");
+        }
+        let effect: Value =
+            serde_json::from_str(&rows[1].get::<String>("payload").unwrap()).unwrap();
+        assert_eq!(effect["data"]["tool"], "caseops_request_missing_documents");
+        assert_eq!(
+            effect["data"]["idempotency_key"].as_str().map(str::len),
+            Some(64)
+        );
+        assert_eq!(
+            audit::verify(&db).await.unwrap().problems,
+            Vec::<String>::new()
+        );
     }
 }

@@ -12,8 +12,8 @@ use super::{Db, DbError, now_ms};
 use crate::params;
 
 /// The outbox topic of an approval asked for, and of one decided or expired.
-pub const REQUESTED_TOPIC: &str = "approval.requested.v1";
-pub const DECIDED_TOPIC: &str = "approval.decided.v1";
+pub const REQUESTED_TOPIC: &str = crate::event_types::APPROVAL_REQUESTED;
+pub const DECIDED_TOPIC: &str = crate::event_types::APPROVAL_DECIDED;
 
 /// An approval as the API shows it.
 #[derive(Debug, Clone, PartialEq)]
@@ -272,10 +272,12 @@ async fn settle(
     for s in super::audit::fact_events(
         db,
         &mut tx,
+        &mut super::audit::ChainHead::default(),
         &a.tenant_id,
         &a.run_id,
         "approval.decided",
         DECIDED_TOPIC,
+        format!("approvals/{}", a.approval_id),
         &payload,
     )
     .await?

@@ -31,9 +31,16 @@ pub fn event_hash(prev_hash: &str, seq: i64, kind: &str, run_id: &str, payload: 
 pub struct EventNames {
     pub completed_topic: String,
     pub resource_key: &'static str,
+    /// The bundle's write tools: a succeeded call of one is an `effect.confirmed`.
+    pub write_tools: Vec<&'static str>,
 }
 
 impl EventNames {
+    /// The type of a run's first event (`<resource>.agent-run.started.v1`).
+    pub fn started_topic(&self) -> String {
+        self.completed_topic.replace(".completed.", ".started.")
+    }
+
     pub fn of<B: caseops_runtime::ContractBundle>() -> Self {
         Self {
             completed_topic: format!(
@@ -41,6 +48,11 @@ impl EventNames {
                 B::RESOURCE_TYPE.to_ascii_lowercase()
             ),
             resource_key: B::RESOURCE_ID_FIELD,
+            write_tools: B::TOOLS
+                .iter()
+                .filter(|t| t.risk.is_write())
+                .map(|t| t.name)
+                .collect(),
         }
     }
 }
@@ -50,6 +62,7 @@ impl Default for EventNames {
         Self {
             completed_topic: "resource.agent-run.completed.v1".into(),
             resource_key: "resource_id",
+            write_tools: Vec::new(),
         }
     }
 }
@@ -69,6 +82,7 @@ pub(crate) struct Who<'a> {
 pub(crate) async fn terminal_events(
     db: &Db,
     tx: &mut Tx,
+    head: &mut ChainHead,
     who: &Who<'_>,
     names: &EventNames,
     outcome: &Outcome,
@@ -84,9 +98,7 @@ pub(crate) async fn terminal_events(
         "provenance": outcome.provenance,
     });
     payload[names.resource_key] = json!(who.resource_id);
-    let mut event = json!({
-        "type": names.completed_topic,
-        "tenant_id": who.tenant,
+    let mut data = json!({
         "run_id": outcome.run_id,
         "request_id": who.request_id,
         "status": outcome.status,
@@ -94,81 +106,172 @@ pub(crate) async fn terminal_events(
         "result": outcome.final_answer,
         "provenance": outcome.provenance,
     });
-    event[names.resource_key] = json!(who.resource_id);
+    data[names.resource_key] = json!(who.resource_id);
     let fact = Fact {
         tenant: who.tenant,
         run_id: &outcome.run_id,
         kind: RUN_EVENT,
         topic: &names.completed_topic,
+        subject: format!("agent-runs/{}", outcome.run_id),
     };
-    chain_events(db, tx, &fact, &payload, &event).await
+    chain_events(db, tx, head, &fact, &payload, data).await
 }
 
-/// Appends an event about a fact other than a run's end (an approval asked for or
-/// decided) to the tenant's chain, and its outbox event (the payload, with its `type`
-/// and `tenant_id`): the two inserts, for the caller to run in the transaction that
-/// records the fact.
+/// The audit kind of a run's first event.
+pub const RUN_STARTED_EVENT: &str = "agent.run.started";
+
+/// Appends a run's first event (who started it, on what, with which goal), for the
+/// transaction that creates the run.
+#[allow(clippy::too_many_arguments)]
+pub(crate) async fn started_events(
+    db: &Db,
+    tx: &mut Tx,
+    head: &mut ChainHead,
+    who: &Who<'_>,
+    names: &EventNames,
+    run_id: &str,
+    goal: &str,
+    planner: &str,
+) -> Result<[Statement; 2], DbError> {
+    let mut data = json!({
+        "run_id": run_id,
+        "actor": who.actor,
+        "request_id": who.request_id,
+        "goal": goal,
+        "planner": planner,
+    });
+    data[names.resource_key] = json!(who.resource_id);
+    let fact = Fact {
+        tenant: who.tenant,
+        run_id,
+        kind: RUN_STARTED_EVENT,
+        topic: &names.started_topic(),
+        subject: format!("agent-runs/{run_id}"),
+    };
+    chain_events(db, tx, head, &fact, &data.clone(), data).await
+}
+
+/// Appends an event about a fact other than a run's start or end (an approval asked
+/// for or decided, a write's effect) to the tenant's chain, and its outbox event
+/// (`payload` is its `data`): the two inserts, for the caller to run in the
+/// transaction that records the fact.
+#[allow(clippy::too_many_arguments)]
 pub(crate) async fn fact_events(
     db: &Db,
     tx: &mut Tx,
+    head: &mut ChainHead,
     tenant: &str,
     run_id: &str,
     kind: &str,
     topic: &str,
+    subject: String,
     payload: &Value,
 ) -> Result<[Statement; 2], DbError> {
-    let mut event = payload.clone();
-    event["type"] = json!(topic);
-    event["tenant_id"] = json!(tenant);
     let fact = Fact {
         tenant,
         run_id,
         kind,
         topic,
+        subject,
     };
-    chain_events(db, tx, &fact, payload, &event).await
+    chain_events(db, tx, head, &fact, payload, payload.clone()).await
 }
 
-/// Where an event goes: the tenant's chain (as `kind`) and the outbox (as `topic`).
+/// Records a fact of the application's own (not one the host writes itself) in the
+/// tenant's audit chain and its outbox, in one transaction of its own: the relay
+/// publishes it like the host's events, as type `topic` about `subject`.
+#[allow(clippy::too_many_arguments)]
+pub async fn append_event(
+    db: &Db,
+    tenant: &str,
+    run_id: &str,
+    kind: &str,
+    topic: &str,
+    subject: &str,
+    data: &Value,
+) -> Result<(), DbError> {
+    let mut tx = db.begin_lazy_write().await?;
+    let statements = fact_events(
+        db,
+        &mut tx,
+        &mut ChainHead::default(),
+        tenant,
+        run_id,
+        kind,
+        topic,
+        subject.to_string(),
+        data,
+    )
+    .await?;
+    for s in &statements {
+        tx.execute(&s.sql, &s.params).await?;
+    }
+    tx.commit().await
+}
+
+/// The chain head as a transaction's earlier appends left it: several events
+/// appended in one transaction (an effect and the run's end) follow each other
+/// although none of their inserts has run yet.
+#[derive(Debug, Default)]
+pub(crate) struct ChainHead(Option<(String, i64, String)>);
+
+/// Where an event goes: the tenant's chain (as `kind`) and the outbox (as `topic`,
+/// about `subject`).
 struct Fact<'a> {
     tenant: &'a str,
     run_id: &'a str,
     kind: &'a str,
     topic: &'a str,
+    subject: String,
 }
 
 /// Reads the tenant's chain head inside `tx` and returns the audit insert that links
-/// `payload` to it and the outbox insert of `event`.
+/// `payload` to it and the outbox insert of the envelope around `data`. The outbox
+/// row takes the audit event's sequence number: appends to a tenant's chain are
+/// serialized, so that number is the tenant's commit order, and the relay
+/// publishes in it.
 async fn chain_events(
     db: &Db,
     tx: &mut Tx,
+    head: &mut ChainHead,
     fact: &Fact<'_>,
     payload: &Value,
-    event: &Value,
+    data: Value,
 ) -> Result<[Statement; 2], DbError> {
     let tenant = fact.tenant;
-    // One appender per tenant chain at a time: on PostgreSQL a transaction-scoped
-    // advisory lock on the tenant (SQLite's BEGIN IMMEDIATE already serializes).
-    if db.dialect == super::Dialect::Postgres {
-        tx.fetch_optional(
-            "SELECT pg_advisory_xact_lock(hashtext(?))::text",
-            &params![format!("caseops-audit:{tenant}")],
-        )
-        .await?;
-    }
-    let last = tx
-        .fetch_optional(
-            "SELECT seq, hash FROM audit_events WHERE tenant_id = ? ORDER BY seq DESC LIMIT 1",
-            &params![tenant],
-        )
-        .await?;
-    let (prev_seq, prev_hash) = match last {
-        Some(r) => (r.get::<i64>("seq")?, r.get::<String>("hash")?),
-        None => (0, GENESIS.to_string()),
+    let (prev_seq, prev_hash) = match &head.0 {
+        // An earlier append of this transaction: its inserts have not run yet.
+        Some((t, seq, hash)) if t == tenant => (*seq, hash.clone()),
+        _ => {
+            // One appender per tenant chain at a time: on PostgreSQL a
+            // transaction-scoped advisory lock on the tenant (SQLite's BEGIN
+            // IMMEDIATE already serializes).
+            if db.dialect == super::Dialect::Postgres {
+                tx.fetch_optional(
+                    "SELECT pg_advisory_xact_lock(hashtext(?))::text",
+                    &params![format!("caseops-audit:{tenant}")],
+                )
+                .await?;
+            }
+            let last = tx
+                .fetch_optional(
+                    "SELECT seq, hash FROM audit_events WHERE tenant_id = ? ORDER BY seq DESC LIMIT 1",
+                    &params![tenant],
+                )
+                .await?;
+            match last {
+                Some(r) => (r.get::<i64>("seq")?, r.get::<String>("hash")?),
+                None => (0, GENESIS.to_string()),
+            }
+        }
     };
     let seq = prev_seq + 1;
     let hash = event_hash(&prev_hash, seq, fact.kind, fact.run_id, payload);
+    head.0 = Some((tenant.to_string(), seq, hash.clone()));
     let now = now_ms();
+    let event_id = uuid::Uuid::new_v4().to_string();
+    let envelope =
+        crate::event_types::envelope(&event_id, fact.topic, &fact.subject, tenant, now, data);
     Ok([
         Statement::new(
             "INSERT INTO audit_events (tenant_id, seq, event_id, run_id, kind, payload, prev_hash, hash, at_ms) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
@@ -185,14 +288,15 @@ async fn chain_events(
             ],
         ),
         Statement::new(
-            "INSERT INTO outbox_events (event_id, tenant_id, run_id, topic, payload, created_at) VALUES (?, ?, ?, ?, ?, ?)",
+            "INSERT INTO outbox_events (event_id, tenant_id, run_id, topic, payload, created_at, seq) VALUES (?, ?, ?, ?, ?, ?, ?)",
             params![
-                uuid::Uuid::new_v4().to_string(),
+                &event_id,
                 tenant,
                 fact.run_id,
                 fact.topic,
-                event.to_string(),
-                now
+                envelope.to_string(),
+                now,
+                seq
             ],
         ),
     ])

@@ -4,6 +4,7 @@
 
 pub mod approvals;
 pub mod audit;
+pub mod outbox;
 pub mod runs;
 pub mod sql;
 
@@ -180,6 +181,12 @@ pub const HOST_MIGRATIONS: &[Migration] = &[
         description: "ledger idempotency key",
         sqlite: include_str!("../../migrations/sqlite/1003_ledger_idempotency_key.sql"),
         postgres: include_str!("../../migrations/postgres/1003_ledger_idempotency_key.sql"),
+    },
+    Migration {
+        version: 1004,
+        description: "outbox order",
+        sqlite: include_str!("../../migrations/sqlite/1004_outbox_order.sql"),
+        postgres: include_str!("../../migrations/postgres/1004_outbox_order.sql"),
     },
 ];
 
@@ -609,8 +616,8 @@ mod tests {
     #[test]
     fn application_migrations_follow_the_hosts_in_version_order() {
         let order: Vec<i64> = migrations(&NOTES).iter().map(|m| m.version).collect();
-        assert_eq!(order, [1, 3, 4, 5, 1000, 1001, 1003]);
-        assert_eq!(latest(&NOTES), 1003);
+        assert_eq!(order, [1, 3, 4, 5, 1000, 1001, 1003, 1004]);
+        assert_eq!(latest(&NOTES), 1004);
     }
 
     #[tokio::test]

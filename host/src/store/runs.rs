@@ -484,9 +484,34 @@ impl SqlRunStore {
     pub async fn create(&self, new: &NewRun) -> Result<Allocation, DbError> {
         let now = now_ms();
         let spec = serde_json::to_string(&new.spec).expect("specs serialize");
-        let inserted = self.db.execute("INSERT INTO runs (run_id, tenant_id, resource_id, actor, idempotency_key, request_hash, request_id, goal, planner_kind, model, status, state, step_count, spec, bundle_digest, created_at, updated_at, lease_owner, lease_expires_at) \
+        // The run and its `started` event commit together, or neither does.
+        let mut tx = self.db.begin_lazy_write().await?;
+        let inserted = tx.execute("INSERT INTO runs (run_id, tenant_id, resource_id, actor, idempotency_key, request_hash, request_id, goal, planner_kind, model, status, state, step_count, spec, bundle_digest, created_at, updated_at, lease_owner, lease_expires_at) \
              VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 'running', 'created', 0, ?, ?, ?, ?, ?, ?) ON CONFLICT (tenant_id, idempotency_key) DO NOTHING", &params![&new.spec.run_id, &new.spec.tenant_id, &new.spec.resource_id, &new.actor, &new.idempotency_key, &new.request_hash, &new.request_id, &new.spec.goal, &new.planner_kind, &new.model, spec, &new.bundle_digest, now, now, &self.owner, now + self.lease_ms])
         .await?;
+        if inserted == 1 {
+            let who = audit::Who {
+                tenant: &new.spec.tenant_id,
+                resource_id: &new.spec.resource_id,
+                actor: &new.actor,
+                request_id: new.request_id.as_deref(),
+            };
+            let events = audit::started_events(
+                &self.db,
+                &mut tx,
+                &mut audit::ChainHead::default(),
+                &who,
+                &self.events,
+                &new.spec.run_id,
+                &new.spec.goal,
+                &new.planner_kind,
+            )
+            .await?;
+            for e in &events {
+                tx.execute(&e.sql, &e.params).await?;
+            }
+        }
+        tx.commit().await?;
         if inserted == 1 {
             // This request created it: the record is what was just written.
             return Ok(Allocation::New(RunRecord {
@@ -719,7 +744,19 @@ impl SqlRunStore {
         let db = &self.db;
         let fence = self.fence(&batch);
         let flush = batch.point.must_flush();
-        let held = if db.dialect == Dialect::Postgres && !flush && batch.outcome.is_none() {
+        let effects: Vec<&LedgerRow> = batch
+            .ledger
+            .iter()
+            .filter(|r| {
+                r.status == CallStatus::Succeeded
+                    && self.events.write_tools.contains(&r.tool_name.as_str())
+            })
+            .collect();
+        let held = if db.dialect == Dialect::Postgres
+            && !flush
+            && batch.outcome.is_none()
+            && effects.is_empty()
+        {
             // One statement, atomic on its own: one round trip, and lazy by the
             // connection's default (see `sql.rs`).
             let gated = Statement::gated(fence, self.batch_statements(&batch, PG_GATE));
@@ -731,6 +768,7 @@ impl SqlRunStore {
                 db.begin_lazy_write().await?
             };
             let mut events = Vec::new();
+            let mut head = audit::ChainHead::default();
             if let Some(asked) = &batch.approval {
                 let run = tx
                     .fetch_optional(
@@ -762,14 +800,54 @@ impl SqlRunStore {
                     super::audit::fact_events(
                         db,
                         &mut tx,
+                        &mut head,
                         &tenant,
                         &batch.run_id,
                         "approval.requested",
                         super::approvals::REQUESTED_TOPIC,
+                        format!("approvals/{}", asked.approval_id),
                         &payload,
                     )
                     .await?,
                 );
+            }
+            if !effects.is_empty() {
+                let tenant: String = tx
+                    .fetch_optional(
+                        "SELECT tenant_id FROM runs WHERE run_id = ?",
+                        &params![&batch.run_id],
+                    )
+                    .await?
+                    .ok_or_else(|| DbError::LeaseLost {
+                        run_id: batch.run_id.clone(),
+                    })?
+                    .get("tenant_id")?;
+                for row in &effects {
+                    let data = serde_json::json!({
+                        "run_id": row.run_id,
+                        "tool_call_id": row.tool_call_id,
+                        "tool": row.tool_name,
+                        "idempotency_key": row.idempotency_key,
+                        "result": row.result,
+                    });
+                    events.extend(
+                        super::audit::fact_events(
+                            db,
+                            &mut tx,
+                            &mut head,
+                            &tenant,
+                            &batch.run_id,
+                            "effect.confirmed",
+                            crate::event_types::EFFECT_CONFIRMED,
+                            format!(
+                                "agent-runs/{}/tool-executions/{}",
+                                row.run_id, row.tool_call_id
+                            ),
+                            &data,
+                        )
+                        .await?,
+                    );
+                }
             }
             if let Some(outcome) = &batch.outcome {
                 let run = tx
@@ -794,7 +872,8 @@ impl SqlRunStore {
                     request_id: request_id.as_deref(),
                 };
                 events.extend(
-                    audit::terminal_events(db, &mut tx, &who, &self.events, outcome).await?,
+                    audit::terminal_events(db, &mut tx, &mut head, &who, &self.events, outcome)
+                        .await?,
                 );
             }
             let held = match db.dialect {

@@ -137,8 +137,9 @@ fn new_refuses_a_folder_with_files_and_a_name_cargo_could_not_use() {
 /// Builds the new project's crates against this checkout and runs its smoke test:
 /// a real `serve` process, a run through the API, the tool over MCP. The project
 /// gets this workspace's lock file (same dependency versions, no resolution) and
-/// the build folder `target/scratch`, which `.ci/run` shares with the other
-/// ignored build tests.
+/// the artifact folder `target/scratch`, which `.ci/run` shares with the other
+/// ignored build tests, with this workspace's build folder for the intermediate
+/// artifacts (dependencies already compiled are reused).
 #[test]
 #[ignore = "builds the new project's crates; .ci/run runs it with --ignored"]
 fn a_new_project_passes_its_own_smoke_test() {
@@ -149,6 +150,7 @@ fn a_new_project_passes_its_own_smoke_test() {
         .args(["test", "--quiet"])
         .current_dir(&project)
         .env("CARGO_TARGET_DIR", repo_root().join("target/scratch"))
+        .env("CARGO_BUILD_BUILD_DIR", repo_root().join("target"))
         .output()
         .unwrap();
     assert!(out.status.success(), "{}", text(&out));

@@ -217,8 +217,12 @@ pub struct RelayOptions {
     #[arg(long, env = "CASEOPS_RELAY_BATCH", default_value_t = 1000)]
     pub relay_batch: usize,
     /// Publishes awaiting JetStream's acknowledgement at once.
-    #[arg(long, env = "CASEOPS_RELAY_WINDOW", default_value_t = 256)]
+    #[arg(long, env = "CASEOPS_RELAY_WINDOW", default_value_t = 1024)]
     pub relay_window: usize,
+    /// Batches published at once, each of another tenant, on PostgreSQL (SQLite
+    /// always publishes one at a time).
+    #[arg(long, env = "CASEOPS_RELAY_LANES", default_value_t = 2)]
+    pub relay_lanes: usize,
     /// Hours a published event stays in the outbox before it is deleted.
     #[arg(long, env = "CASEOPS_OUTBOX_RETENTION_HOURS", default_value_t = 168)]
     pub outbox_retention_hours: u64,
@@ -232,6 +236,7 @@ impl RelayOptions {
             subject_prefix: self.relay_subject_prefix.clone(),
             batch: self.relay_batch.max(1),
             window: self.relay_window.max(1),
+            lanes: self.relay_lanes.max(1),
             retention: Duration::from_secs(self.outbox_retention_hours.saturating_mul(3600)),
             ..Default::default()
         }
@@ -252,6 +257,16 @@ pub struct RelayArgs {
         default_value = "nats://127.0.0.1:4222"
     )]
     pub nats_url: String,
+    /// Publish what the outbox holds, then exit and print how many events went
+    /// out and how fast; fail at once, instead of retrying, when NATS does not
+    /// answer or refuses an event.
+    #[arg(long)]
+    pub drain: bool,
+    /// Serve `/health/live`, `/health/ready` (NATS and the database) and `/metrics`
+    /// (the outbox backlog, events published) on this address, e.g.
+    /// `127.0.0.1:9465`; port 0 picks one, printed on standard output.
+    #[arg(long, env = "CASEOPS_RELAY_LISTEN", value_name = "ADDR")]
+    pub listen: Option<std::net::SocketAddr>,
     #[command(flatten)]
     pub options: RelayOptions,
 }
@@ -265,13 +280,29 @@ pub async fn relay(cli: &HostCli, args: RelayArgs) -> Result<(), String> {
         .map_err(|e| e.to_string())?;
     let health = std::sync::Arc::new(crate::relay::RelayHealth::default());
     let (stop, stopped) = tokio::sync::watch::channel(false);
-    let mut task = tokio::spawn(crate::relay::run(
-        db,
-        args.options.config(&args.nats_url),
-        health.clone(),
-        stopped,
-    ));
+    let config = crate::relay::RelayConfig {
+        drain: args.drain,
+        ..args.options.config(&args.nats_url)
+    };
     let name = cli.name;
+    let probes = match args.listen {
+        Some(addr) => {
+            let listener = tokio::net::TcpListener::bind(addr)
+                .await
+                .map_err(|e| format!("cannot listen on `{addr}` (--listen): {e}"))?;
+            let bound = listener.local_addr().map_err(|e| e.to_string())?;
+            out!("{name} relay probes on http://{bound}");
+            Some(crate::http::Server::spawn(
+                "relay probes",
+                listener,
+                crate::relay_probes::router(db.clone(), health.clone()),
+                crate::http::Limits::default(),
+            ))
+        }
+        None => None,
+    };
+    let started = std::time::Instant::now();
+    let mut task = tokio::spawn(crate::relay::run(db, config, health.clone(), stopped));
     tracing::info!(database = %redact(&url), nats = %args.nats_url, "{name} relay started");
     let joined = tokio::select! {
         signal = stop_signal() => {
@@ -282,10 +313,21 @@ pub async fn relay(cli: &HostCli, args: RelayArgs) -> Result<(), String> {
         }
         joined = &mut task => joined,
     };
+    if let Some(probes) = probes {
+        probes.stop(Duration::from_secs(1)).await;
+    }
     let result = joined.map_err(|e| e.to_string())?;
     let (published, duplicates) = health.counts();
-    tracing::info!(published, duplicates, "{name} relay stopped");
-    result.map_err(|e| e.to_string())
+    let seconds = started.elapsed().as_secs_f64();
+    tracing::info!(published, duplicates, seconds, "{name} relay stopped");
+    result.map_err(|e| e.to_string())?;
+    if args.drain {
+        out!(
+            "published {published} events ({duplicates} already in the stream) in {seconds:.2} s: {:.0} events/s",
+            published as f64 / seconds.max(1e-9)
+        );
+    }
+    Ok(())
 }
 
 impl ServeArgs {

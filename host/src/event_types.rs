@@ -210,6 +210,41 @@ pub fn rfc3339_ms(at_ms: i64) -> String {
     )
 }
 
+/// Milliseconds since the epoch of a time [`rfc3339_ms`] wrote (`…T12:00:00.123Z`);
+/// `None` for any other shape.
+pub fn parse_rfc3339_ms(text: &str) -> Option<i64> {
+    let b = text.as_bytes();
+    if b.len() != 24 || b[4] != b'-' || b[7] != b'-' || b[10] != b'T' || b[13] != b':' {
+        return None;
+    }
+    if b[16] != b':' || b[19] != b'.' || b[23] != b'Z' {
+        return None;
+    }
+    let num = |from: usize, to: usize| -> Option<i64> {
+        let part = text.get(from..to)?;
+        part.bytes()
+            .all(|c| c.is_ascii_digit())
+            .then(|| part.parse().ok())?
+    };
+    let (year, month, day) = (num(0, 4)?, num(5, 7)?, num(8, 10)?);
+    let (hour, minute, second, ms) = (num(11, 13)?, num(14, 16)?, num(17, 19)?, num(20, 23)?);
+    if !(1..=12).contains(&month) || !(1..=31).contains(&day) || hour > 23 || minute > 59 {
+        return None;
+    }
+    if second > 59 {
+        return None;
+    }
+    // A civil date to days since 1970-01-01 (the inverse of `rfc3339_ms`).
+    let y = year - i64::from(month <= 2);
+    let era = y.div_euclid(400);
+    let yoe = y.rem_euclid(400);
+    let mp = if month > 2 { month - 3 } else { month + 9 };
+    let doy = (153 * mp + 2) / 5 + day - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    let days = era * 146_097 + doe - 719_468;
+    Some(((days * 86_400 + hour * 3600 + minute * 60 + second) * 1000) + ms)
+}
+
 /// The NATS subject of an event: `<prefix>.<tenant>.<type>`. A tenant id's
 /// characters that NATS gives meaning to (`.`, `*`, `>`, whitespace) become `_`.
 pub fn subject(prefix: &str, tenant: &str, event_type: &str) -> String {
@@ -283,6 +318,29 @@ mod tests {
         assert_eq!(rfc3339_ms(0), "1970-01-01T00:00:00.000Z");
         assert_eq!(rfc3339_ms(951_782_400_123), "2000-02-29T00:00:00.123Z");
         assert_eq!(rfc3339_ms(1_796_212_800_999), "2026-12-02T12:00:00.999Z");
+    }
+
+    #[test]
+    fn written_times_read_back_to_the_same_millisecond() {
+        for at in [
+            0,
+            951_782_400_123,
+            1_796_212_800_999,
+            4_102_444_799_999,
+            86_399_999,
+        ] {
+            assert_eq!(parse_rfc3339_ms(&rfc3339_ms(at)), Some(at), "{at}");
+        }
+        for bad in [
+            "",
+            "2026-12-02T12:00:00Z",
+            "2026-13-02T12:00:00.000Z",
+            "2026-12-02T12:00:00.0a0Z",
+            "2026-12-02 12:00:00.000Z",
+            "+026-12-02T12:00:00.000Z",
+        ] {
+            assert_eq!(parse_rfc3339_ms(bad), None, "{bad}");
+        }
     }
 
     #[test]

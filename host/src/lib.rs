@@ -32,6 +32,7 @@ pub mod mcp;
 pub mod metrics;
 pub mod openai;
 pub mod relay;
+pub mod relay_probes;
 pub mod store;
 pub mod traces;
 pub mod worker;

@@ -201,6 +201,14 @@ impl Metrics {
         gauge!(WORKERS).set(workers as f64);
         handle.render()
     }
+
+    /// The exposition as recorded, for a process that runs no runs (a relay).
+    pub fn render_exposition(&self) -> String {
+        match &self.handle {
+            Some(handle) => handle.render(),
+            None => "# another metrics recorder is installed in this process\n".into(),
+        }
+    }
 }
 
 /// The outbox's backlog, read from the database at scrape time.

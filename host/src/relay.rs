@@ -29,12 +29,17 @@ pub struct RelayConfig {
     pub subject_prefix: String,
     /// Events claimed at once.
     pub batch: usize,
-    /// Publishes awaiting their acknowledgement at once.
+    /// Publishes awaiting their acknowledgement at once (per lane).
     pub window: usize,
+    /// Batches in flight at once, each of another tenant (PostgreSQL only).
+    pub lanes: usize,
     /// Pause when the outbox is empty.
     pub idle: Duration,
     /// Published events are deleted after this long.
     pub retention: Duration,
+    /// Return once the outbox is empty, and on the first failure instead of
+    /// retrying (a one-shot drain).
+    pub drain: bool,
 }
 
 impl Default for RelayConfig {
@@ -44,9 +49,11 @@ impl Default for RelayConfig {
             stream: "CASEOPS".into(),
             subject_prefix: "caseops".into(),
             batch: 1000,
-            window: 256,
+            window: 1024,
+            lanes: 2,
             idle: Duration::from_millis(20),
             retention: Duration::from_secs(7 * 24 * 3600),
+            drain: false,
         }
     }
 }
@@ -118,6 +125,7 @@ pub async fn run(
     let context = loop {
         match connect(&config).await {
             Ok(c) => break c,
+            Err(e) if config.drain => return Err(e),
             Err(e) => {
                 tracing::warn!(error = %e, "relay cannot start publishing; retrying");
                 health.update(|s| s.problem = Some(e.to_string()));
@@ -131,21 +139,49 @@ pub async fn run(
         s.connected = true;
         s.problem = None;
     });
-    tracing::info!(stream = %config.stream, nats = %config.nats_url, "relay publishing");
+    // PostgreSQL: lanes claim different tenants (the advisory lock keeps each
+    // tenant in one lane), so one lane's database work overlaps another's
+    // publishing. SQLite: a claim locks nothing, so one lane.
+    let lanes = match db.dialect {
+        crate::store::Dialect::Postgres => config.lanes.max(1),
+        crate::store::Dialect::Sqlite => 1,
+    };
+    tracing::info!(stream = %config.stream, nats = %config.nats_url, lanes, "relay publishing");
+    let results = futures_util::future::join_all(
+        (0..lanes)
+            .map(|lane| publish_lane(&db, &context, &config, &health, stop.clone(), lane == 0)),
+    )
+    .await;
+    results.into_iter().collect()
+}
+
+/// Claims and publishes batches until `stop` (or, draining, until a claim finds
+/// nothing); the first lane also prunes.
+async fn publish_lane(
+    db: &Db,
+    context: &jetstream::Context,
+    config: &RelayConfig,
+    health: &RelayHealth,
+    mut stop: watch::Receiver<bool>,
+    prunes: bool,
+) -> Result<(), RelayError> {
+    let mut backoff = Backoff::default();
     let mut last_prune = std::time::Instant::now() - Duration::from_secs(3600);
     loop {
         if *stop.borrow() {
             return Ok(());
         }
-        if last_prune.elapsed() > Duration::from_secs(60) {
+        if prunes && last_prune.elapsed() > Duration::from_secs(60) {
             last_prune = std::time::Instant::now();
-            match outbox::prune(&db, config.retention.as_millis() as i64).await {
+            match outbox::prune(db, config.retention.as_millis() as i64).await {
                 Ok(0) => {}
                 Ok(n) => tracing::info!(events = n, "pruned published outbox events"),
                 Err(e) => tracing::warn!(error = %e, "pruning the outbox failed"),
             }
         }
-        match relay_batch(&db, &context, &config, &health).await {
+        match relay_batch(db, context, config, health).await {
+            Ok(0) if config.drain => return Ok(()),
+            Err(e) if config.drain => return Err(e),
             Ok(0) => {
                 if sleep_or_stop(config.idle, &mut stop).await {
                     return Ok(());

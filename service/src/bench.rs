@@ -36,6 +36,8 @@ pub struct BenchConfig {
     pub requests: Option<u64>,
     pub warmup: Duration,
     pub allow_remote: bool,
+    /// Also measure commit-to-consumer latency of relayed events: (NATS URL, stream).
+    pub events_from: Option<(String, String)>,
 }
 
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
@@ -50,6 +52,9 @@ pub struct BenchReport {
     pub p95_ms: f64,
     pub p99_ms: f64,
     pub max_ms: f64,
+    /// Events relayed while measuring (with `--events-from`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub events: Option<crate::event_latency::EventLatency>,
 }
 
 /// Loopback only, unless explicitly allowed: a load test must not hit someone else.
@@ -164,6 +169,10 @@ pub async fn run(config: BenchConfig) -> Result<BenchReport, String> {
             config.api_url
         ));
     }
+    let events = match &config.events_from {
+        Some((url, stream)) => Some(crate::event_latency::watch(url, stream).await?),
+        None => None,
+    };
     // Warm-up: connections, caches, the replayed run.
     let warm_until = Instant::now() + config.warmup;
     while Instant::now() < warm_until {
@@ -178,6 +187,9 @@ pub async fn run(config: BenchConfig) -> Result<BenchReport, String> {
             config.duration
         };
     let started = Instant::now();
+    if let Some(events) = &events {
+        events.start();
+    }
     let mut tasks = Vec::new();
     for _ in 0..config.concurrency.max(1) {
         let (target, remaining) = (target.clone(), remaining.clone());
@@ -208,6 +220,10 @@ pub async fn run(config: BenchConfig) -> Result<BenchReport, String> {
         errors += e;
     }
     let seconds = started.elapsed().as_secs_f64();
+    let events = match events {
+        Some(watch) => Some(watch.finish(Duration::from_secs(2)).await?),
+        None => None,
+    };
     let ms = |q: f64| hist.value_at_quantile(q) as f64 / 1000.0;
     Ok(BenchReport {
         scenario: match config.scenario {
@@ -225,6 +241,7 @@ pub async fn run(config: BenchConfig) -> Result<BenchReport, String> {
         p95_ms: ms(0.95),
         p99_ms: ms(0.99),
         max_ms: hist.max() as f64 / 1000.0,
+        events,
     })
 }
 

@@ -5,6 +5,7 @@
 
 pub mod bench;
 pub mod domain;
+pub mod event_latency;
 pub mod findings;
 pub mod keys;
 pub mod planner;

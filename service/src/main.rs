@@ -124,6 +124,14 @@ enum Command {
         /// Allow a target that is not a loopback address.
         #[arg(long)]
         allow_remote: bool,
+        /// Also measure how long events take from their commit to a JetStream
+        /// consumer: read the relay's stream on this NATS server (the one `serve
+        /// --relay` publishes to) and report p50/p95/p99/max.
+        #[arg(long, env = "CASEOPS_BENCH_EVENTS_FROM", value_name = "NATS_URL")]
+        events_from: Option<String>,
+        /// The stream `--events-from` reads.
+        #[arg(long, env = "CASEOPS_RELAY_STREAM", default_value = "CASEOPS")]
+        events_stream: String,
     },
     /// Audit trail tools.
     Audit {
@@ -235,6 +243,8 @@ async fn main() -> ExitCode {
             token_issuer,
             json,
             allow_remote,
+            events_from,
+            events_stream,
         } => {
             let config = caseops_service::bench::BenchConfig {
                 scenario: match scenario {
@@ -252,6 +262,7 @@ async fn main() -> ExitCode {
                 requests,
                 warmup: std::time::Duration::from_secs(warmup),
                 allow_remote,
+                events_from: events_from.map(|url| (url, events_stream)),
             };
             match caseops_service::bench::run(config).await {
                 Ok(r) if json => {
@@ -274,6 +285,16 @@ async fn main() -> ExitCode {
                         r.p99_ms,
                         r.max_ms
                     );
+                    if let Some(e) = r.events {
+                        out!(
+                            "events: {} committed while measuring reached the consumer; commit to consumer p50 {:.3} ms, p95 {:.3} ms, p99 {:.3} ms, max {:.3} ms",
+                            e.received,
+                            e.p50_ms,
+                            e.p95_ms,
+                            e.p99_ms,
+                            e.max_ms
+                        );
+                    }
                     Ok(())
                 }
                 Err(e) => Err(e),

@@ -107,6 +107,9 @@ fn cargo(root: &Path, args: &[&str]) -> String {
         .args(args)
         .current_dir(root)
         .env("CARGO_TARGET_DIR", repo().join("target/scratch"))
+        // Intermediate artifacts in this workspace's own build folder: the copy's
+        // dependencies are the ones this suite already compiled.
+        .env("CARGO_BUILD_BUILD_DIR", repo().join("target"))
         .output()
         .unwrap();
     let text = String::from_utf8_lossy(&out.stdout).to_string();

@@ -4,6 +4,7 @@
 //! PostgreSQL; two relays on one PostgreSQL database never both publish an event.
 
 mod db_support;
+mod serve_support;
 
 use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
@@ -56,10 +57,14 @@ struct Nats {
 
 impl Nats {
     fn start(bin: PathBuf, dir: &Path) -> Nats {
+        Nats::start_on(bin, dir, free_port())
+    }
+
+    fn start_on(bin: PathBuf, dir: &Path, port: u16) -> Nats {
         let mut nats = Nats {
             bin,
             dir: dir.to_path_buf(),
-            port: free_port(),
+            port,
             child: None,
         };
         nats.spawn();
@@ -309,4 +314,149 @@ async fn two_relays_on_one_postgresql_database_never_both_publish_an_event() {
     assert!(a > 0 && b > 0, "both relays shared the work: {a} and {b}");
     let seen = consume(&nats.url(), &stream).await;
     assert_exactly_once_in_order(&db, &seen, "postgres").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_drain_publishes_the_backlog_then_exits_with_its_count_and_fails_fast_without_nats() {
+    let Some(bin) = nats_server() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let nats = Nats::start(bin, dir.path());
+    let dbs = fresh_databases("relay_drain").await;
+    let url = dbs.sqlite().to_string();
+    let db = Db::connect(&url, 4, &SCHEMA).await.unwrap();
+    produce(db.clone(), 600, 0).await;
+    let tag = uuid::Uuid::new_v4().simple().to_string();
+    let (stream, prefix) = (format!("S{tag}"), format!("t{tag}"));
+    let drain = |nats_url: &str| {
+        Command::new(env!("CARGO_BIN_EXE_caseops"))
+            .args([
+                "relay",
+                "--drain",
+                "--database",
+                &url,
+                "--nats-url",
+                nats_url,
+            ])
+            .args(["--relay-stream", &stream, "--relay-subject-prefix", &prefix])
+            .output()
+            .unwrap()
+    };
+
+    let refused = drain(&format!("nats://127.0.0.1:{}", free_port()));
+    assert!(!refused.status.success(), "a drain without NATS must fail");
+    let err = String::from_utf8_lossy(&refused.stderr);
+    assert!(err.contains("cannot reach NATS"), "{err}");
+    assert_eq!(outbox::backlog(&db).await.unwrap().0, 600);
+
+    let out = drain(&nats.url());
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        stdout.contains("published 600 events (0 already in the stream)"),
+        "{stdout}"
+    );
+    assert_eq!(outbox::backlog(&db).await.unwrap().0, 0);
+    let seen = consume(&nats.url(), &stream).await;
+    assert_exactly_once_in_order(&db, &seen, "sqlite").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bench_reports_how_long_relayed_events_take_from_commit_to_a_consumer() {
+    let Some(bin) = nats_server() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let nats = Nats::start(bin, dir.path());
+    let dbs = fresh_databases("relay_bench").await;
+    let server = serve_support::serve(dbs.sqlite(), &["--relay", &nats.url()], &[], true);
+    // `agent-run` does not call MCP itself.
+    let mcp = "http://127.0.0.1:9/mcp";
+    let out = Command::new(env!("CARGO_BIN_EXE_caseops"))
+        .args(["bench", "--scenario", "agent-run", "--concurrency", "4"])
+        .args(["--warmup", "1", "--duration", "2", "--json"])
+        .args(["--api", &server.api, "--mcp", mcp])
+        .args(["--events-from", &nats.url()])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let completed = report["completed"].as_u64().unwrap();
+    let events = &report["events"];
+    assert!(completed > 0, "{report}");
+    // Each measured run committed its `completed` event inside the window, and a
+    // started event too: at least one event per run must have been counted.
+    assert!(
+        events["received"].as_u64().unwrap() >= completed,
+        "{report}"
+    );
+    let (p50, max) = (
+        events["p50_ms"].as_f64().unwrap(),
+        events["max_ms"].as_f64().unwrap(),
+    );
+    assert!(p50 > 0.0 && p50 <= max, "{report}");
+}
+
+async fn get(url: &str) -> (u16, String) {
+    caseops_host::install_tls_provider();
+    let r = reqwest::get(url).await.unwrap();
+    (r.status().as_u16(), r.text().await.unwrap())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_standalone_relay_is_unready_while_nats_is_down_and_serves_its_backlog_as_metrics() {
+    let Some(bin) = nats_server() else { return };
+    let dbs = fresh_databases("relay_probes").await;
+    let url = dbs.sqlite().to_string();
+    let db = Db::connect(&url, 4, &SCHEMA).await.unwrap();
+    produce(db.clone(), 40, 0).await;
+    let port = free_port();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_caseops"))
+        .args(["relay", "--database", &url, "--listen", "127.0.0.1:0"])
+        .args(["--nats-url", &format!("nats://127.0.0.1:{port}")])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut lines = std::io::BufRead::lines(std::io::BufReader::new(child.stdout.take().unwrap()));
+    let probes = loop {
+        let line = lines
+            .next()
+            .expect("the relay printed its probe address")
+            .unwrap();
+        if let Some(rest) = line.strip_prefix("caseops relay probes on ") {
+            break rest.trim().to_string();
+        }
+    };
+    assert_eq!(get(&format!("{probes}/health/live")).await.0, 200);
+    let (status, body) = get(&format!("{probes}/health/ready")).await;
+    assert_eq!(status, 503, "{body}");
+    assert!(body.contains("cannot reach NATS"), "{body}");
+    let (_, metrics) = get(&format!("{probes}/metrics")).await;
+    assert!(
+        metrics.contains("caseops_outbox_backlog_events 40"),
+        "{metrics}"
+    );
+
+    let dir = tempfile::tempdir().unwrap();
+    let _nats = Nats::start_on(bin, dir.path(), port);
+    wait_until_published(&db, Duration::from_secs(30)).await;
+    let (status, body) = get(&format!("{probes}/health/ready")).await;
+    assert_eq!(status, 200, "{body}");
+    let (_, metrics) = get(&format!("{probes}/metrics")).await;
+    assert!(
+        metrics.contains("caseops_outbox_backlog_events 0"),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains("caseops_outbox_published_total 40"),
+        "{metrics}"
+    );
+    sigterm(&child);
+    assert!(child.wait().unwrap().success());
 }

@@ -302,7 +302,7 @@ pub async fn relay(cli: &HostCli, args: RelayArgs) -> Result<(), String> {
         None => None,
     };
     let started = std::time::Instant::now();
-    let mut task = tokio::spawn(crate::relay::run(db, config, health.clone(), stopped));
+    let mut task = tokio::spawn(crate::relay::run(db, config, health.clone(), stopped, None));
     tracing::info!(database = %redact(&url), nats = %args.nats_url, "{name} relay started");
     let joined = tokio::select! {
         signal = stop_signal() => {

@@ -170,6 +170,9 @@ where
     };
     let db = Db::connect(&config.database_url, 8, config.schema).await?;
     let key = config.signing_key.as_bytes().to_vec();
+    // Commits wake an idle in-process relay, so an event leaves within
+    // milliseconds of its commit instead of at the next poll.
+    let signals = RunSignals::default();
     let relay_health = config
         .relay
         .as_ref()
@@ -181,8 +184,9 @@ where
         .map(|(relay_config, health)| {
             let (stop, stopped) = tokio::sync::watch::channel(false);
             let db = db.clone();
+            let wake = Some(signals.commits());
             let task = tokio::spawn(async move {
-                if let Err(e) = crate::relay::run(db, relay_config, health, stopped).await {
+                if let Err(e) = crate::relay::run(db, relay_config, health, stopped, wake).await {
                     tracing::error!(error = %e, "the outbox relay stopped");
                 }
             });
@@ -258,7 +262,6 @@ where
             TOKEN_TTL_SECONDS,
         )
         .map_err(|e| HostError::Setup(e.to_string()))?;
-        let signals = RunSignals::default();
         let runs = SqlRunStore::new(db.clone())
             .for_bundle::<B>()
             .with_lease_ms(config.lease_ms)

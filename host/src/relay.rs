@@ -113,6 +113,10 @@ impl RelayHealth {
     }
 }
 
+/// Commits of this process's runs: an idle relay claims again at once instead of
+/// at the end of its poll interval.
+pub type Wake = tokio::sync::broadcast::Receiver<Arc<str>>;
+
 /// Runs the relay until `stop` turns true: connects (retrying), makes sure the
 /// stream exists, then publishes whatever the outbox holds.
 pub async fn run(
@@ -120,6 +124,7 @@ pub async fn run(
     config: RelayConfig,
     health: Arc<RelayHealth>,
     mut stop: watch::Receiver<bool>,
+    wake: Option<Wake>,
 ) -> Result<(), RelayError> {
     let mut backoff = Backoff::default();
     let context = loop {
@@ -147,10 +152,18 @@ pub async fn run(
         crate::store::Dialect::Sqlite => 1,
     };
     tracing::info!(stream = %config.stream, nats = %config.nats_url, lanes, "relay publishing");
-    let results = futures_util::future::join_all(
-        (0..lanes)
-            .map(|lane| publish_lane(&db, &context, &config, &health, stop.clone(), lane == 0)),
-    )
+    let results = futures_util::future::join_all((0..lanes).map(|lane| {
+        let wake = wake.as_ref().map(Wake::resubscribe);
+        publish_lane(
+            &db,
+            &context,
+            &config,
+            &health,
+            stop.clone(),
+            wake,
+            lane == 0,
+        )
+    }))
     .await;
     results.into_iter().collect()
 }
@@ -163,6 +176,7 @@ async fn publish_lane(
     config: &RelayConfig,
     health: &RelayHealth,
     mut stop: watch::Receiver<bool>,
+    mut wake: Option<Wake>,
     prunes: bool,
 ) -> Result<(), RelayError> {
     let mut backoff = Backoff::default();
@@ -183,7 +197,7 @@ async fn publish_lane(
             Ok(0) if config.drain => return Ok(()),
             Err(e) if config.drain => return Err(e),
             Ok(0) => {
-                if sleep_or_stop(config.idle, &mut stop).await {
+                if idle(config.idle, &mut stop, &mut wake).await {
                     return Ok(());
                 }
             }
@@ -314,6 +328,24 @@ impl Backoff {
         let now = self.0;
         self.0 = (self.0 * 2).min(Duration::from_secs(5));
         now
+    }
+}
+
+/// Waits for `d`, a commit (`wake`) or `stop`; true when stopping.
+async fn idle(d: Duration, stop: &mut watch::Receiver<bool>, wake: &mut Option<Wake>) -> bool {
+    let Some(commits) = wake else {
+        return sleep_or_stop(d, stop).await;
+    };
+    tokio::select! {
+        _ = tokio::time::sleep(d) => *stop.borrow(),
+        _ = stop.changed() => true,
+        got = commits.recv() => {
+            if matches!(got, Err(tokio::sync::broadcast::error::RecvError::Closed)) {
+                // The runs are gone (shutting down): poll from now on.
+                *wake = None;
+            }
+            *stop.borrow()
+        }
     }
 }
 

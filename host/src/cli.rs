@@ -223,6 +223,10 @@ pub struct RelayOptions {
     /// always publishes one at a time).
     #[arg(long, env = "CASEOPS_RELAY_LANES", default_value_t = 2)]
     pub relay_lanes: usize,
+    /// Milliseconds an idle relay waits before it looks for new events again; one
+    /// inside `serve` is also woken by each of its server's commits.
+    #[arg(long, env = "CASEOPS_RELAY_IDLE_MS", default_value_t = 20)]
+    pub relay_idle_ms: u64,
     /// Hours a published event stays in the outbox before it is deleted.
     #[arg(long, env = "CASEOPS_OUTBOX_RETENTION_HOURS", default_value_t = 168)]
     pub outbox_retention_hours: u64,
@@ -237,6 +241,7 @@ impl RelayOptions {
             batch: self.relay_batch.max(1),
             window: self.relay_window.max(1),
             lanes: self.relay_lanes.max(1),
+            idle: Duration::from_millis(self.relay_idle_ms.max(1)),
             retention: Duration::from_secs(self.outbox_retention_hours.saturating_mul(3600)),
             ..Default::default()
         }

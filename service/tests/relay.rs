@@ -460,3 +460,45 @@ async fn a_standalone_relay_is_unready_while_nats_is_down_and_serves_its_backlog
     sigterm(&child);
     assert!(child.wait().unwrap().success());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_in_process_relay_publishes_at_its_servers_commit_not_at_its_next_poll() {
+    let Some(bin) = nats_server() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let nats = Nats::start(bin, dir.path());
+    let dbs = fresh_databases("relay_wake").await;
+    // An idle relay would look again only after ten minutes.
+    let args = ["--relay", &nats.url(), "--relay-idle-ms", "600000"];
+    let server = serve_support::serve(dbs.sqlite(), &args, &[], true);
+    let client = async_nats::connect(nats.url()).await.unwrap();
+    let js = jetstream::new(client);
+    let stream = loop {
+        match js.get_stream("CASEOPS").await {
+            Ok(s) => break s,
+            Err(_) => tokio::time::sleep(Duration::from_millis(50)).await,
+        }
+    };
+    // Let the relay's first claim find nothing, so it is idle when the run commits.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let run = server.start_c102("relay-wake-0001", &[]).await;
+    assert_eq!(run["status"], "completed", "{run}");
+    let consumer = stream
+        .create_consumer(jetstream::consumer::pull::OrderedConfig::default())
+        .await
+        .unwrap();
+    let mut messages = consumer.messages().await.unwrap();
+    let mut types = Vec::new();
+    while types.len() < 2 {
+        let m = tokio::time::timeout(Duration::from_secs(30), messages.next())
+            .await
+            .unwrap_or_else(|_| panic!("events still unpublished; seen {types:?}"))
+            .unwrap()
+            .unwrap();
+        let envelope: Value = serde_json::from_slice(&m.payload).unwrap();
+        types.push(envelope["type"].as_str().unwrap().to_string());
+    }
+    assert_eq!(
+        types,
+        ["case.agent-run.started.v1", "case.agent-run.completed.v1"]
+    );
+}

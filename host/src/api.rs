@@ -685,17 +685,13 @@ async fn get_checkpoints(
 /// read-only makes this answer 503 within a second, and it recovers by itself.
 /// A process that is shutting down is not ready either (balancers drain it).
 async fn ready(State(state): State<Arc<AppState>>) -> Response {
-    const WITHIN: std::time::Duration = std::time::Duration::from_millis(900);
-    let timed_out = |what: &str| format!("{what} did not answer within 900 ms");
     let (db, mcp) = tokio::join!(
-        tokio::time::timeout(WITHIN, state.runs.db.probe_write()),
+        state
+            .runs
+            .db
+            .probe_write_within(std::time::Duration::from_millis(900)),
         state.workers.check_mcp(),
     );
-    let db = match db {
-        Ok(Ok(())) => Ok(()),
-        Ok(Err(e)) => Err(e.to_string()),
-        Err(_) => Err(timed_out("the database")),
-    };
     let stopping = state.workers.is_stopping();
     // The relay is reported, not required: runs go on while NATS is down (the
     // outbox holds their events), so a replica stays in its balancer.
@@ -723,19 +719,9 @@ async fn ready(State(state): State<Arc<AppState>>) -> Response {
 
 async fn metrics(State(state): State<Arc<AppState>>) -> Response {
     let in_flight = state.runs.running_count().await.ok();
-    if let Ok((events, oldest)) = crate::store::outbox::backlog(&state.runs.db).await {
-        crate::metrics::outbox_backlog(events, oldest);
-    }
+    crate::metrics::refresh_outbox_backlog(&state.runs.db).await;
     let (busy, workers) = state.workers.busy();
-    let mut r = state
-        .metrics
-        .render(in_flight, busy, workers)
-        .into_response();
-    r.headers_mut().insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("text/plain; version=0.0.4"),
-    );
-    r
+    crate::metrics::exposition(state.metrics.render(in_flight, busy, workers))
 }
 
 async fn openapi_json(State(state): State<Arc<AppState>>) -> axum::Json<Value> {

@@ -191,15 +191,12 @@ impl Metrics {
 
     /// The Prometheus text exposition (format 0.0.4), with the gauges read now.
     pub fn render(&self, in_flight: Option<u64>, workers_busy: usize, workers: usize) -> String {
-        let Some(handle) = &self.handle else {
-            return "# another metrics recorder is installed in this process\n".into();
-        };
         if let Some(n) = in_flight {
             gauge!(RUNS_IN_FLIGHT).set(n as f64);
         }
         gauge!(WORKERS_BUSY).set(workers_busy as f64);
         gauge!(WORKERS).set(workers as f64);
-        handle.render()
+        self.render_exposition()
     }
 
     /// The exposition as recorded, for a process that runs no runs (a relay).
@@ -211,8 +208,29 @@ impl Metrics {
     }
 }
 
+/// A `/metrics` answer: `text` as Prometheus text format 0.0.4.
+pub fn exposition(text: String) -> axum::response::Response {
+    use axum::response::IntoResponse;
+    (
+        [(
+            axum::http::header::CONTENT_TYPE,
+            "text/plain; version=0.0.4",
+        )],
+        text,
+    )
+        .into_response()
+}
+
+/// Reads the outbox's backlog into its gauges (at scrape time); a database that
+/// does not answer leaves the last values.
+pub(crate) async fn refresh_outbox_backlog(db: &crate::store::Db) {
+    if let Ok((events, oldest)) = crate::store::outbox::backlog(db).await {
+        outbox_backlog(events, oldest);
+    }
+}
+
 /// The outbox's backlog, read from the database at scrape time.
-pub(crate) fn outbox_backlog(events: u64, oldest_age_ms: Option<i64>) {
+fn outbox_backlog(events: u64, oldest_age_ms: Option<i64>) {
     gauge!(OUTBOX_BACKLOG).set(events as f64);
     gauge!(OUTBOX_OLDEST).set(oldest_age_ms.unwrap_or(0) as f64 / 1000.0);
 }

@@ -7,14 +7,14 @@ use std::time::Duration;
 
 use axum::Router;
 use axum::extract::State;
-use axum::http::{HeaderValue, StatusCode, header};
+use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use serde_json::json;
 
 use crate::metrics::Metrics;
 use crate::relay::RelayHealth;
-use crate::store::{Db, outbox};
+use crate::store::Db;
 
 struct Probes {
     db: Db,
@@ -41,11 +41,7 @@ pub fn router(db: Db, health: Arc<RelayHealth>) -> Router {
 /// Ready while the relay is connected to NATS with its stream and the database
 /// takes a write within 900 ms (the relay marks what it published).
 async fn ready(State(p): State<Arc<Probes>>) -> Response {
-    let db = match tokio::time::timeout(Duration::from_millis(900), p.db.probe_write()).await {
-        Ok(Ok(())) => Ok(()),
-        Ok(Err(e)) => Err(e.to_string()),
-        Err(_) => Err("the database did not answer within 900 ms".to_string()),
-    };
+    let db = p.db.probe_write_within(Duration::from_millis(900)).await;
     let relay = p.health.ready();
     let ready = db.is_ok() && relay.is_ok();
     let body = json!({
@@ -62,13 +58,6 @@ async fn ready(State(p): State<Arc<Probes>>) -> Response {
 }
 
 async fn metrics(State(p): State<Arc<Probes>>) -> Response {
-    if let Ok((events, oldest)) = outbox::backlog(&p.db).await {
-        crate::metrics::outbox_backlog(events, oldest);
-    }
-    let mut r = p.metrics.render_exposition().into_response();
-    r.headers_mut().insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("text/plain; version=0.0.4"),
-    );
-    r
+    crate::metrics::refresh_outbox_backlog(&p.db).await;
+    crate::metrics::exposition(p.metrics.render_exposition())
 }

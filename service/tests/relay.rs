@@ -472,9 +472,11 @@ async fn an_in_process_relay_publishes_at_its_servers_commit_not_at_its_next_pol
     let server = serve_support::serve(dbs.sqlite(), &args, &[], true);
     let client = async_nats::connect(nats.url()).await.unwrap();
     let js = jetstream::new(client);
+    let deadline = Instant::now() + Duration::from_secs(30);
     let stream = loop {
         match js.get_stream("CASEOPS").await {
             Ok(s) => break s,
+            Err(e) if Instant::now() > deadline => panic!("the relay made no stream: {e}"),
             Err(_) => tokio::time::sleep(Duration::from_millis(50)).await,
         }
     };

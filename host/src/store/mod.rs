@@ -451,6 +451,19 @@ impl Db {
         tx.commit().await
     }
 
+    /// [`Db::probe_write`] for a readiness probe: its error as text, and a database
+    /// that has not committed within `within` counted as not ready.
+    pub async fn probe_write_within(&self, within: std::time::Duration) -> Result<(), String> {
+        match tokio::time::timeout(within, self.probe_write()).await {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(e)) => Err(e.to_string()),
+            Err(_) => Err(format!(
+                "the database did not answer within {} ms",
+                within.as_millis()
+            )),
+        }
+    }
+
     /// A write transaction (on SQLite it holds the write lock from its start).
     pub async fn begin_write(&self) -> Result<Tx, DbError> {
         self.backend.begin_write(false).await

@@ -504,3 +504,21 @@ async fn an_in_process_relay_publishes_at_its_servers_commit_not_at_its_next_pol
         ["case.agent-run.started.v1", "case.agent-run.completed.v1"]
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_relay_whose_probe_address_is_taken_says_which_flag_and_exits() {
+    let dbs = fresh_databases("relay_listen_taken").await;
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = taken.local_addr().unwrap().to_string();
+    let out = Command::new(env!("CARGO_BIN_EXE_caseops"))
+        .args(["relay", "--database", dbs.sqlite(), "--listen", &addr])
+        .args(["--nats-url", &format!("nats://127.0.0.1:{}", free_port())])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains(&format!("cannot listen on `{addr}` (--listen)")),
+        "{err}"
+    );
+}

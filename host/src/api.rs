@@ -16,7 +16,7 @@ use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use caseops_runtime::fingerprint::{canonical_json, sha256_hex};
-use caseops_runtime::{ContractBundle, RunSpec};
+use caseops_runtime::{ContractBundle, RunSpec, RunStateEnum};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
@@ -53,6 +53,14 @@ pub struct RunContract {
     pub initial_stage: &'static str,
     pub bundle_digest: &'static str,
     pub final_answer_schema: &'static str,
+    /// The agent's name (the console's heading).
+    pub agent: &'static str,
+    /// The run state machine: every state (with whether it is terminal) in
+    /// declaration order, and every allowed transition (the console draws it).
+    pub states: Vec<(&'static str, bool)>,
+    pub transitions: Vec<(&'static str, &'static str)>,
+    pub budgets: caseops_runtime::Budgets,
+    pub tools: &'static [caseops_runtime::ToolContract],
 }
 
 impl RunContract {
@@ -65,6 +73,17 @@ impl RunContract {
             initial_stage: B::STAGES.first().copied().unwrap_or_default(),
             bundle_digest: B::BUNDLE_DIGEST,
             final_answer_schema: B::FINAL_ANSWER_SCHEMA,
+            agent: B::AGENT,
+            states: <B::State as RunStateEnum>::ALL
+                .iter()
+                .map(|s| (s.as_str(), s.is_terminal()))
+                .collect(),
+            transitions: <B::State as RunStateEnum>::TRANSITIONS
+                .iter()
+                .map(|(from, to)| (from.as_str(), to.as_str()))
+                .collect(),
+            budgets: B::BUDGETS,
+            tools: B::TOOLS,
         }
     }
 }
@@ -107,6 +126,7 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/health/ready", get(ready))
         .route("/metrics", get(metrics))
         .route("/openapi.json", get(openapi_json))
+        .nest("/ui", crate::console::router(state.clone()))
         // Every answer is a problem document, the router's own included.
         .fallback(|| async { problem(StatusCode::NOT_FOUND, "Not Found", "no such route") })
         .method_not_allowed_fallback(|| async {
@@ -952,6 +972,19 @@ mod tests {
             initial_stage: "working",
             bundle_digest: "d",
             final_answer_schema: r#"{"type": "object"}"#,
+            agent: "orders",
+            states: vec![("created", false), ("done", true)],
+            transitions: vec![("created", "done")],
+            budgets: caseops_runtime::Budgets {
+                max_steps: 4,
+                repeat_limit: 2,
+                max_wall_clock_seconds: 60,
+                tool_timeout_ceiling_seconds: 10,
+                max_no_new_evidence_steps: 2,
+                max_tokens: None,
+                max_cost_micro_usd: None,
+            },
+            tools: &[],
         }
     }
 

@@ -14,15 +14,15 @@ use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
 use serde_json::json;
 
-use crate::api::{AppState, principal, problem, unavailable};
-use crate::store::approvals::{self, DecideError, Decision};
+use crate::api::{ApiPrincipal, AppState, principal, problem, unavailable};
+use crate::store::approvals::{self, Approval, DecideError, Decision};
 
 /// The scope a principal needs to decide approvals.
 pub const DECIDE_SCOPE: &str = "approval:decide";
 
 /// A decision's body can be no larger (a comment of a few thousand characters).
-const MAX_DECISION_BODY: usize = 16 * 1024;
-const MAX_COMMENT_CHARS: usize = 2000;
+pub(crate) const MAX_DECISION_BODY: usize = 16 * 1024;
+pub(crate) const MAX_COMMENT_CHARS: usize = 2000;
 
 /// `?status=…&limit=…` (values are plain words and numbers: no decoding needed).
 #[derive(Debug, Default)]
@@ -126,12 +126,10 @@ pub(crate) async fn decide(
         Ok(w) => w,
         Err(r) => return r,
     };
-    if !who.scopes.iter().any(|s| s == DECIDE_SCOPE) {
-        return problem(
-            StatusCode::FORBIDDEN,
-            "Forbidden",
-            &format!("deciding approvals needs the `{DECIDE_SCOPE}` scope"),
-        );
+    // The scope before the body: a principal that may not decide learns nothing
+    // from how its body would have been judged.
+    if let Err(refused) = may_decide(&who) {
+        return refused.into_problem();
     }
     if body.len() > MAX_DECISION_BODY {
         return problem(
@@ -150,34 +148,97 @@ pub(crate) async fn decide(
             );
         }
     };
-    let Some(decision) = Decision::parse(&body.decision) else {
-        return problem(
-            StatusCode::UNPROCESSABLE_ENTITY,
-            "Unprocessable Entity",
-            &format!(
-                "`decision` must be `approve` or `reject`, not `{}`",
-                body.decision
+    match decide_as(&state, &who, &id, &body.decision, body.comment.as_deref()).await {
+        Ok(a) => axum::Json(a.to_json()).into_response(),
+        Err(refused) => refused.into_problem(),
+    }
+}
+
+/// Why a decision was not recorded, for whoever asked: the API answers it as a
+/// problem document, the console shows it beside the approval.
+#[derive(Debug)]
+pub(crate) enum Refused {
+    /// The request cannot be taken as it is (status and why).
+    Rule(StatusCode, String),
+    /// The database did not answer: nothing was recorded, a retry may succeed.
+    Unavailable(crate::store::DbError),
+}
+
+impl Refused {
+    fn rule(status: StatusCode, message: impl Into<String>) -> Self {
+        Refused::Rule(status, message.into())
+    }
+
+    pub(crate) fn message(&self) -> String {
+        match self {
+            Refused::Rule(_, m) => m.clone(),
+            Refused::Unavailable(_) => {
+                "the database did not answer: nothing was recorded, try again".into()
+            }
+        }
+    }
+
+    pub(crate) fn status(&self) -> StatusCode {
+        match self {
+            Refused::Rule(s, _) => *s,
+            Refused::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
+        }
+    }
+
+    fn into_problem(self) -> Response {
+        match self {
+            Refused::Rule(status, message) => problem(
+                status,
+                status.canonical_reason().unwrap_or("Error"),
+                &message,
             ),
-        );
-    };
-    if body
-        .comment
-        .as_ref()
-        .is_some_and(|c| c.chars().count() > MAX_COMMENT_CHARS)
-    {
-        return problem(
+            Refused::Unavailable(e) => unavailable(e),
+        }
+    }
+}
+
+/// Whether `who` holds the scope that decides approvals.
+pub(crate) fn may_decide(who: &ApiPrincipal) -> Result<(), Refused> {
+    match who.scopes.iter().any(|s| s == DECIDE_SCOPE) {
+        true => Ok(()),
+        false => Err(Refused::rule(
+            StatusCode::FORBIDDEN,
+            format!("deciding approvals needs the `{DECIDE_SCOPE}` scope"),
+        )),
+    }
+}
+
+/// Records `who`'s decision (`approve` or `reject`) on approval `id` of its
+/// tenant, with every rule the API applies: the scope, the comment's length, and
+/// the store's (pending, not expired, not the requester's own). The one way a
+/// decision is made, whether it comes from the API or the console.
+pub(crate) async fn decide_as(
+    state: &AppState,
+    who: &ApiPrincipal,
+    id: &str,
+    decision: &str,
+    comment: Option<&str>,
+) -> Result<Approval, Refused> {
+    may_decide(who)?;
+    let Some(decision) = Decision::parse(decision) else {
+        return Err(Refused::rule(
             StatusCode::UNPROCESSABLE_ENTITY,
-            "Unprocessable Entity",
-            &format!("`comment` must be at most {MAX_COMMENT_CHARS} characters"),
-        );
+            format!("`decision` must be `approve` or `reject`, not `{decision}`"),
+        ));
+    };
+    if comment.is_some_and(|c| c.chars().count() > MAX_COMMENT_CHARS) {
+        return Err(Refused::rule(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            format!("`comment` must be at most {MAX_COMMENT_CHARS} characters"),
+        ));
     }
     let decided = approvals::decide(
         &state.runs.db,
         &who.tenant_id,
-        &id,
+        id,
         &who.actor,
         decision,
-        body.comment.as_deref(),
+        comment,
     )
     .await;
     match decided {
@@ -188,16 +249,14 @@ pub(crate) async fn decide(
                 decision = %a.status,
                 "approval decided"
             );
-            axum::Json(a.to_json()).into_response()
+            Ok(a)
         }
-        Err(DecideError::NotFound) => not_found(),
+        Err(DecideError::NotFound) => Err(Refused::rule(StatusCode::NOT_FOUND, "no such approval")),
         Err(e @ (DecideError::AlreadyDecided(_) | DecideError::Expired)) => {
-            problem(StatusCode::CONFLICT, "Conflict", &e.to_string())
+            Err(Refused::rule(StatusCode::CONFLICT, e.to_string()))
         }
-        Err(e @ DecideError::SameActor) => {
-            problem(StatusCode::FORBIDDEN, "Forbidden", &e.to_string())
-        }
-        Err(DecideError::Db(e)) => unavailable(e),
+        Err(e @ DecideError::SameActor) => Err(Refused::rule(StatusCode::FORBIDDEN, e.to_string())),
+        Err(DecideError::Db(e)) => Err(Refused::Unavailable(e)),
     }
 }
 

@@ -62,10 +62,16 @@ pub(crate) async fn stream(
             );
         }
     };
+    follow(state, who.tenant_id, run_id, after)
+}
+
+/// The event stream of run `run_id` of `tenant` (known to exist), after checkpoint
+/// `after`: the API's and the console's.
+pub(crate) fn follow(state: Arc<AppState>, tenant: String, run_id: String, after: u64) -> Response {
     let follow = Follow {
         changes: state.workers.signals().commits(),
         state,
-        tenant: who.tenant_id,
+        tenant,
         run_id,
         after,
         ledger: HashMap::new(),

@@ -6,6 +6,8 @@
 //! - [`api`], [`events`], [`approvals_api`]: the HTTP API that starts runs (on the
 //!   route the run contract declares) and reads them, their server-sent events, and
 //!   the approvals people decide;
+//! - [`console`]: the operator console at `/ui` (runs, a run's timeline, the
+//!   approval queue, the audit chain) behind cookie sessions;
 //! - [`mcp`]: the MCP server (tools behind audience-bound task tokens) and client;
 //! - [`store`]: SQLite and PostgreSQL runs with leases, idempotency, the audit
 //!   chain and the outbox, and the application's own migrations;
@@ -22,6 +24,7 @@
 pub mod api;
 pub mod approvals_api;
 pub mod cli;
+pub mod console;
 pub mod event_types;
 pub mod events;
 pub mod fault;

@@ -549,6 +549,9 @@ async fn demo(database: Option<String>) -> Result<(), String> {
     out!(
         "  caseops runs list             # then: caseops runs show <run_id>, caseops audit verify"
     );
+    out!(
+        "  open http://127.0.0.1:8080/ui # the console: sign in with dev-key-tenant-demo-supervisor"
+    );
     running.shutdown(std::time::Duration::from_secs(5)).await;
     let _ = std::fs::remove_dir_all(&temp);
     if run["status"] != "completed" || replay["replayed"] != true {

@@ -979,11 +979,23 @@ async fn send(
     headers: &[(&str, &str)],
     body: Vec<u8>,
 ) -> (u16, String, Value) {
-    let mut req = reqwest::Client::new().request(method, url).body(body);
-    for (k, v) in headers {
-        req = req.header(*k, *v);
-    }
-    let r = req.send().await.unwrap();
+    // The server may answer (413, 401, …) before it has read a large body and close
+    // the connection; the client can then fail writing the rest (broken pipe)
+    // instead of reading the answer. That race is the client's: send again.
+    let mut attempts = 0;
+    let r = loop {
+        let mut req = reqwest::Client::new()
+            .request(method.clone(), &url)
+            .body(body.clone());
+        for (k, v) in headers {
+            req = req.header(*k, *v);
+        }
+        match req.send().await {
+            Ok(r) => break r,
+            Err(e) if e.is_request() && attempts < 5 => attempts += 1,
+            Err(e) => panic!("{url}: {e:?}"),
+        }
+    };
     let status = r.status().as_u16();
     let kind = r
         .headers()

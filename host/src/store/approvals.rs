@@ -145,6 +145,17 @@ pub async fn get(db: &Db, tenant: &str, id: &str) -> Result<Option<Approval>, Db
     rows.first().map(approval).transpose()
 }
 
+/// The approvals of one run of `tenant`, oldest first.
+pub async fn of_run(db: &Db, tenant: &str, run_id: &str) -> Result<Vec<Approval>, DbError> {
+    let rows = db
+        .fetch_all(
+            &format!("SELECT {COLUMNS} FROM approvals WHERE tenant_id = ? AND run_id = ? ORDER BY created_at, approval_id"),
+            &params![tenant, run_id],
+        )
+        .await?;
+    rows.iter().map(approval).collect()
+}
+
 /// A person's answer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Decision {

@@ -302,6 +302,37 @@ async fn chain_events(
     ])
 }
 
+/// One event of a tenant's chain, as a reader lists it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Entry {
+    pub seq: i64,
+    pub run_id: String,
+    pub kind: String,
+    pub at_ms: i64,
+    pub hash: String,
+}
+
+/// The latest `limit` events of a tenant's chain, newest first.
+pub async fn latest(db: &Db, tenant: &str, limit: i64) -> Result<Vec<Entry>, DbError> {
+    let rows = db
+        .fetch_all(
+            "SELECT seq, run_id, kind, at_ms, hash FROM audit_events WHERE tenant_id = ? ORDER BY seq DESC LIMIT ?",
+            &params![tenant, limit],
+        )
+        .await?;
+    rows.iter()
+        .map(|r| {
+            Ok(Entry {
+                seq: r.get("seq")?,
+                run_id: r.get("run_id")?,
+                kind: r.get("kind")?,
+                at_ms: r.get("at_ms")?,
+                hash: r.get("hash")?,
+            })
+        })
+        .collect()
+}
+
 /// What `verify` found.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Verification {
@@ -315,9 +346,20 @@ pub struct Verification {
 pub async fn verify(db: &Db) -> Result<Verification, DbError> {
     let rows = db.fetch_all("SELECT tenant_id, seq, run_id, kind, payload, prev_hash, hash FROM audit_events ORDER BY tenant_id, seq", &[])
         .await?;
+    verify_rows(&rows)
+}
+
+/// [`verify`] of one tenant's chain (what that tenant's console may see).
+pub async fn verify_tenant(db: &Db, tenant: &str) -> Result<Verification, DbError> {
+    let rows = db.fetch_all("SELECT tenant_id, seq, run_id, kind, payload, prev_hash, hash FROM audit_events WHERE tenant_id = ? ORDER BY seq", &params![tenant])
+        .await?;
+    verify_rows(&rows)
+}
+
+fn verify_rows(rows: &[super::sql::Row]) -> Result<Verification, DbError> {
     let mut v = Verification::default();
     let mut current: Option<(String, i64, String)> = None;
-    for r in &rows {
+    for r in rows {
         let tenant: String = r.get("tenant_id")?;
         let seq: i64 = r.get("seq")?;
         let prev_hash: String = r.get("prev_hash")?;

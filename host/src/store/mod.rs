@@ -6,6 +6,7 @@ pub mod approvals;
 pub mod audit;
 pub mod outbox;
 pub mod runs;
+pub mod sessions;
 pub mod sql;
 
 use std::sync::Arc;
@@ -188,6 +189,12 @@ pub const HOST_MIGRATIONS: &[Migration] = &[
         sqlite: include_str!("../../migrations/sqlite/1004_outbox_order.sql"),
         postgres: include_str!("../../migrations/postgres/1004_outbox_order.sql"),
     },
+    Migration {
+        version: 1005,
+        description: "console",
+        sqlite: include_str!("../../migrations/sqlite/1005_console.sql"),
+        postgres: include_str!("../../migrations/postgres/1005_console.sql"),
+    },
 ];
 
 const HOST_TABLES: &[&str] = &[
@@ -198,6 +205,7 @@ const HOST_TABLES: &[&str] = &[
     "outbox_events",
     "approvals",
     "health_probe",
+    "console_sessions",
 ];
 
 /// The host's migrations and the application's, in version order.
@@ -629,8 +637,8 @@ mod tests {
     #[test]
     fn application_migrations_follow_the_hosts_in_version_order() {
         let order: Vec<i64> = migrations(&NOTES).iter().map(|m| m.version).collect();
-        assert_eq!(order, [1, 3, 4, 5, 1000, 1001, 1003, 1004]);
-        assert_eq!(latest(&NOTES), 1004);
+        assert_eq!(order, [1, 3, 4, 5, 1000, 1001, 1003, 1004, 1005]);
+        assert_eq!(latest(&NOTES), 1005);
     }
 
     #[tokio::test]

@@ -51,6 +51,28 @@ impl RunRecord {
     }
 }
 
+/// What a list of runs is narrowed to.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RunFilter {
+    pub status: Option<String>,
+    pub resource_id: Option<String>,
+    pub stop_reason: Option<String>,
+    /// The last run of the previous page (`created_at`, `run_id`): this page
+    /// starts after it.
+    pub after: Option<(i64, String)>,
+}
+
+/// Where a run stands, without its record's weight.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct RunStatus {
+    pub run_id: String,
+    pub status: String,
+    pub state: String,
+    pub step_count: i64,
+    pub stop_reason: Option<String>,
+    pub updated_at: i64,
+}
+
 /// What a POST asks for, before a run exists.
 #[derive(Debug, Clone)]
 pub struct NewRun {
@@ -311,6 +333,69 @@ impl SqlRunStore {
         let rows = self.db.fetch_all(select_runs!("WHERE tenant_id = ? AND (? IS NULL OR status = ?) ORDER BY created_at DESC, run_id LIMIT ?"), &params![tenant, status, status, limit])
         .await?;
         rows.iter().map(record).collect()
+    }
+
+    /// A page of a tenant's runs, newest first, as `filter` narrows them.
+    pub async fn search(
+        &self,
+        tenant: &str,
+        filter: &RunFilter,
+        limit: i64,
+    ) -> Result<Vec<RunRecord>, DbError> {
+        let (before_at, before_id) = match &filter.after {
+            Some((at, id)) => (Some(*at), Some(id.as_str())),
+            None => (None, None),
+        };
+        let rows = self.db.fetch_all(select_runs!("WHERE tenant_id = ? AND (? IS NULL OR status = ?) AND (? IS NULL OR resource_id = ?) AND (? IS NULL OR stop_reason = ?) \
+             AND (? IS NULL OR created_at < ? OR (created_at = ? AND run_id > ?)) ORDER BY created_at DESC, run_id LIMIT ?"),
+            &params![tenant, filter.status.as_deref(), filter.status.as_deref(), filter.resource_id.as_deref(), filter.resource_id.as_deref(),
+                filter.stop_reason.as_deref(), filter.stop_reason.as_deref(), before_at, before_at, before_at, before_id, limit])
+        .await?;
+        rows.iter().map(record).collect()
+    }
+
+    /// The stop reasons among a tenant's latest `recent` runs (what a filter offers).
+    pub async fn recent_stop_reasons(
+        &self,
+        tenant: &str,
+        recent: i64,
+    ) -> Result<Vec<String>, DbError> {
+        let rows = self.db.fetch_all("SELECT DISTINCT stop_reason FROM (SELECT stop_reason FROM runs WHERE tenant_id = ? ORDER BY created_at DESC LIMIT ?) AS recent WHERE stop_reason IS NOT NULL ORDER BY stop_reason", &params![tenant, recent])
+            .await?;
+        rows.iter().map(|r| r.get("stop_reason")).collect()
+    }
+
+    /// How the runs `ids` of a tenant stand now (the console's live list).
+    pub async fn statuses(&self, tenant: &str, ids: &[String]) -> Result<Vec<RunStatus>, DbError> {
+        let mut out = Vec::with_capacity(ids.len());
+        // A handful of ids per page: one indexed read each keeps the SQL static.
+        for id in ids {
+            let row = self.db.fetch_optional("SELECT run_id, status, state, step_count, stop_reason, updated_at FROM runs WHERE tenant_id = ? AND run_id = ?", &params![tenant, id.as_str()])
+                .await?;
+            if let Some(r) = row {
+                out.push(RunStatus {
+                    run_id: r.get("run_id")?,
+                    status: r.get("status")?,
+                    state: r.get("state")?,
+                    step_count: r.get("step_count")?,
+                    stop_reason: r.get("stop_reason")?,
+                    updated_at: r.get("updated_at")?,
+                });
+            }
+        }
+        Ok(out)
+    }
+
+    /// How many runs of a tenant were created after `after_ms`.
+    pub async fn created_since(&self, tenant: &str, after_ms: i64) -> Result<i64, DbError> {
+        let row = self
+            .db
+            .fetch_optional(
+                "SELECT COUNT(*) AS n FROM runs WHERE tenant_id = ? AND created_at > ?",
+                &params![tenant, after_ms],
+            )
+            .await?;
+        row.map_or(Ok(0), |r| r.get("n"))
     }
 
     /// A run of any tenant, for the workers that drive it.

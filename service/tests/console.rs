@@ -215,6 +215,15 @@ async fn parked(served: &Served, key: &str) -> (String, String) {
     (run_id, approval)
 }
 
+/// The list under `key` of an API answer (or the answer itself, when a list).
+fn items(answer: &Value, key: &str) -> Vec<Value> {
+    answer[key]
+        .as_array()
+        .or_else(|| answer.as_array())
+        .unwrap_or_else(|| panic!("no `{key}` in {answer}"))
+        .clone()
+}
+
 /// What a finished run did, for comparing two runs: status, stop reason, and each
 /// tool call's name and status.
 async fn trace(served: &Served, run_id: &str) -> Value {
@@ -236,10 +245,7 @@ async fn trace(served: &Served, run_id: &str) -> Value {
     )
     .await
     .1;
-    let calls: Vec<Value> = ledger["tool_executions"]
-        .as_array()
-        .or_else(|| ledger.as_array())
-        .unwrap_or_else(|| panic!("{ledger}"))
+    let calls: Vec<Value> = items(&ledger, "tool_executions")
         .iter()
         .map(|c| json!([c["tool_name"], c["status"]]))
         .collect();
@@ -579,11 +585,7 @@ async fn a_run_page_draws_its_path_and_lists_every_call_with_its_decision() {
     )
     .await
     .1;
-    let calls = ledger["tool_executions"]
-        .as_array()
-        .or_else(|| ledger.as_array())
-        .unwrap()
-        .clone();
+    let calls = items(&ledger, "tool_executions");
     assert_eq!(calls.len(), 4);
     for c in &calls {
         assert!(body.contains(&format!(
@@ -604,11 +606,7 @@ async fn a_run_page_draws_its_path_and_lists_every_call_with_its_decision() {
     )
     .await
     .1;
-    let count = checkpoints["checkpoints"]
-        .as_array()
-        .or_else(|| checkpoints.as_array())
-        .unwrap()
-        .len();
+    let count = items(&checkpoints, "checkpoints").len();
     assert_eq!(
         body.matches("</td><td>+").count(),
         count,

@@ -330,9 +330,11 @@ impl SqlRunStore {
         status: Option<&str>,
         limit: i64,
     ) -> Result<Vec<RunRecord>, DbError> {
-        let rows = self.db.fetch_all(select_runs!("WHERE tenant_id = ? AND (? IS NULL OR status = ?) ORDER BY created_at DESC, run_id LIMIT ?"), &params![tenant, status, status, limit])
-        .await?;
-        rows.iter().map(record).collect()
+        let filter = RunFilter {
+            status: status.map(str::to_string),
+            ..RunFilter::default()
+        };
+        self.search(tenant, &filter, limit).await
     }
 
     /// A page of a tenant's runs, newest first, as `filter` narrows them.

@@ -132,6 +132,11 @@ pub struct ServeArgs {
     /// The MCP server's URL when serving `--only api`.
     #[arg(long, env = "CASEOPS_MCP_URL")]
     pub mcp_url: Option<String>,
+    /// The MCP era the runs' executor speaks to the tool server: `auto` tries
+    /// 2026-07-28 (`server/discover`) and falls back to the 2025-11-25 handshake;
+    /// `2026-07-28` or `2025-11-25` insist on one.
+    #[arg(long, env = "CASEOPS_MCP_ERA", default_value = "auto")]
+    pub mcp_era: crate::mcp::era::Preference,
     /// The URL clients reach this MCP server at, when it is not the bind address
     /// (another host, a port-forward, a proxy): the task tokens' audience and what
     /// its challenges and metadata advertise. Required with an all-interfaces bind.
@@ -376,6 +381,7 @@ impl ServeArgs {
             signing_key,
             keys,
             mcp_url: self.mcp_url.clone(),
+            mcp_era: self.mcp_era,
             mcp_public_url: self.mcp_public_url.clone(),
             allowed_hosts: self.allowed_hosts.clone(),
             allowed_origins: self.allowed_origins.clone(),

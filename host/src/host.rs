@@ -36,6 +36,8 @@ pub struct HostConfig {
     pub keys: std::collections::HashMap<String, ApiPrincipal>,
     /// With `only = Api`, where the separate MCP server is.
     pub mcp_url: Option<String>,
+    /// Which MCP era the executor speaks to the tool server.
+    pub mcp_era: crate::mcp::era::Preference,
     /// The URL clients reach this process's MCP server at: the token audience, and
     /// what its challenges and metadata advertise (default `http://<mcp bind>/mcp`).
     pub mcp_public_url: Option<String>,
@@ -280,7 +282,7 @@ where
         let driver = Driver {
             engine,
             planner: app.planner,
-            executor: McpClient::<B>::new(mcp_url.clone(), issuer),
+            executor: McpClient::<B>::new(mcp_url.clone(), issuer).with_preference(config.mcp_era),
         };
         let pool = Workers::start(
             driver,

@@ -120,6 +120,7 @@ async fn through_api(url: &str, runs: usize) -> Vec<f64> {
             signing_key: DEV_SIGNING_KEY.into(),
             keys: dev_keys(),
             mcp_url: None,
+            mcp_era: Default::default(),
             mcp_public_url: None,
             allowed_hosts: Vec::new(),
             allowed_origins: Vec::new(),

@@ -13,6 +13,7 @@ use std::time::{Duration, Instant};
 use hdrhistogram::Histogram;
 use serde_json::{Value, json};
 
+use caseops_host::mcp::era::{self, Preference};
 use caseops_host::mcp::token::TokenIssuer;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -31,6 +32,9 @@ pub struct BenchConfig {
     pub signing_key: String,
     /// The server's task-token issuer (its `--token-issuer`, by default its API URL).
     pub token_issuer: String,
+    /// The MCP era `mcp-call` speaks: a bare request after the handshake era's rules,
+    /// or the stateless era's `_meta` envelope and standard headers.
+    pub mcp_era: Preference,
     pub concurrency: usize,
     pub duration: Duration,
     pub requests: Option<u64>,
@@ -107,13 +111,23 @@ impl Target {
                     .await
             }
             Scenario::McpCall => {
-                self.http
+                let mut params =
+                    json!({"name": "caseops_get_case_snapshot", "arguments": {"case_id": "C-102"}});
+                let mut request = self
+                    .http
                     .post(&c.mcp_url)
                     .bearer_auth(&self.token)
                     .header("accept", "application/json, text/event-stream")
-                    .header("content-type", "application/json")
-                    .body(json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
-                        "params": {"name": "caseops_get_case_snapshot", "arguments": {"case_id": "C-102"}}}).to_string())
+                    .header("content-type", "application/json");
+                if c.mcp_era != Preference::Handshake {
+                    let version = era::STATELESS_VERSIONS[0];
+                    params["_meta"] = era::request_meta(version, "caseops-bench");
+                    for (name, value) in era::request_headers(version, "tools/call", &params) {
+                        request = request.header(name, value);
+                    }
+                }
+                request
+                    .body(json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": params}).to_string())
                     .send()
                     .await
             }

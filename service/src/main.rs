@@ -112,6 +112,11 @@ enum Command {
             hide_env_values = true
         )]
         api_key: String,
+        /// The MCP era `mcp-call` speaks: `2025-11-25` (a bare request, as after the
+        /// handshake) or `2026-07-28` (the per-request `_meta` envelope and the
+        /// standard headers; `auto` means the same).
+        #[arg(long, env = "CASEOPS_BENCH_MCP_ERA", default_value = "2025-11-25")]
+        mcp_era: caseops_host::mcp::era::Preference,
         /// The server's task-token signing key (for `mcp-call`).
         #[arg(long, env = "CASEOPS_SIGNING_KEY", default_value = DEV_SIGNING_KEY, hide_default_value = true, hide_env_values = true)]
         signing_key: String,
@@ -240,6 +245,7 @@ async fn main() -> ExitCode {
             warmup,
             api_key,
             signing_key,
+            mcp_era,
             token_issuer,
             json,
             allow_remote,
@@ -257,6 +263,7 @@ async fn main() -> ExitCode {
                 mcp_url: mcp,
                 api_key,
                 signing_key,
+                mcp_era,
                 concurrency,
                 duration: std::time::Duration::from_secs(duration),
                 requests,
@@ -361,6 +368,7 @@ async fn demo(database: Option<String>) -> Result<(), String> {
             signing_key: DEV_SIGNING_KEY.to_string(),
             keys: dev_keys(),
             mcp_url: None,
+            mcp_era: Default::default(),
             mcp_public_url: None,
             allowed_hosts: Vec::new(),
             allowed_origins: Vec::new(),

@@ -8,6 +8,7 @@ use std::sync::Mutex;
 
 use caseops_generated::Bundle;
 use caseops_host::mcp::client::{McpClient, ReadinessError, compare_listings};
+use caseops_host::mcp::era::Preference;
 use caseops_runtime::context::PlannerView;
 use caseops_runtime::store::MemoryStore;
 use caseops_runtime::{
@@ -48,13 +49,85 @@ fn spec() -> RunSpec {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_runtime_runs_c102_through_the_mcp_server() {
+async fn the_runtime_runs_c102_through_the_mcp_server_in_either_era() {
     let s = start().await;
-    let client = McpClient::<Bundle>::new(s.url.clone(), s.issuer.clone());
+    for (preference, version) in [
+        (Preference::Auto, "2026-07-28"),
+        (Preference::Stateless, "2026-07-28"),
+        (Preference::Handshake, "2025-11-25"),
+    ] {
+        let client =
+            McpClient::<Bundle>::new(s.url.clone(), s.issuer.clone()).with_preference(preference);
+        client
+            .check_listing()
+            .await
+            .expect("listing matches the compiled one");
+        assert_eq!(client.protocol_version().await.as_deref(), Some(version));
+        run_c102(&client).await;
+    }
+}
+
+/// A 2025-11-25 server: ours behind a proxy that answers `server/discover` as a
+/// server of that era does (method not found).
+async fn handshake_only(target: String) -> String {
+    use axum::body::Bytes;
+    use axum::http::HeaderMap;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let app = axum::Router::new().route(
+        "/mcp",
+        axum::routing::post(move |headers: HeaderMap, body: Bytes| {
+            let target = target.clone();
+            async move {
+                let message: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+                if message["method"] == "server/discover" {
+                    let answer = json!({"jsonrpc": "2.0", "id": message["id"],
+                        "error": {"code": -32601, "message": "Method not found"}});
+                    return (axum::http::StatusCode::OK, answer.to_string());
+                }
+                let mut forward = reqwest::Client::new().post(&target).body(body);
+                for name in [
+                    "authorization",
+                    "accept",
+                    "content-type",
+                    "mcp-protocol-version",
+                ] {
+                    if let Some(v) = headers.get(name) {
+                        forward = forward.header(name, v.as_bytes());
+                    }
+                }
+                let r = forward.send().await.unwrap();
+                let status = axum::http::StatusCode::from_u16(r.status().as_u16()).unwrap();
+                (status, r.text().await.unwrap())
+            }
+        }),
+    );
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    format!("http://{addr}/mcp")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_executor_falls_back_to_the_handshake_for_a_2025_11_25_server() {
+    let s = start().await;
+    let url = handshake_only(s.url.clone()).await;
+    let client = McpClient::<Bundle>::new(url.clone(), s.issuer.clone());
     client
         .check_listing()
         .await
-        .expect("listing matches the compiled one");
+        .expect("the listing is compared after the fallback");
+    assert_eq!(
+        client.protocol_version().await.as_deref(),
+        Some("2025-11-25")
+    );
+    run_c102(&client).await;
+    // Insisting on the stateless era names why it cannot.
+    let strict =
+        McpClient::<Bundle>::new(url, s.issuer.clone()).with_preference(Preference::Stateless);
+    let err = strict.check_listing().await.unwrap_err().to_string();
+    assert!(err.contains("does not speak 2026-07-28"), "{err}");
+}
+
+async fn run_c102(client: &McpClient<Bundle>) {
     let call = |t: &str, a: Value| json!({"decision": "tool_call", "tool": t, "arguments": a});
     let planner = Script(Mutex::new(VecDeque::from([
         call("caseops_get_case_snapshot", json!({"case_id": "C-102"})),
@@ -77,7 +150,7 @@ async fn the_runtime_runs_c102_through_the_mcp_server() {
     let store = MemoryStore::new();
     let out = Engine::<Bundle>::new()
         .unwrap()
-        .start(spec(), &planner, &client, &store)
+        .start(spec(), &planner, client, &store)
         .await
         .unwrap();
     assert_eq!(out.status, "completed", "{out:?}");
@@ -282,17 +355,46 @@ fn a_listing_that_differs_from_the_compiled_one_names_the_tool_and_the_differenc
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_official_rust_sdk_client_lists_and_calls_every_tool() {
-    use rmcp::ServiceExt;
+async fn the_official_rust_sdk_client_lists_and_calls_every_tool_in_either_era() {
+    use rmcp::model::ProtocolVersion;
+    use rmcp::service::ClientLifecycleMode;
+
+    let s = start().await;
+    for (mode, version) in [
+        (ClientLifecycleMode::Initialize, "2025-11-25"),
+        (
+            ClientLifecycleMode::Discover {
+                preferred_versions: vec![ProtocolVersion::V_2026_07_28],
+            },
+            "2026-07-28",
+        ),
+    ] {
+        rmcp_lists_and_calls(&s, mode, version).await;
+    }
+}
+
+async fn rmcp_lists_and_calls(
+    s: &TestServer,
+    mode: rmcp::service::ClientLifecycleMode,
+    version: &str,
+) {
     use rmcp::model::CallToolRequestParams;
+    use rmcp::service::ClientServiceExt;
     use rmcp::transport::StreamableHttpClientTransport;
     use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
 
-    let s = start().await;
     let config =
         StreamableHttpClientTransportConfig::with_uri(s.url.clone()).auth_header(s.demo_token());
     let transport = StreamableHttpClientTransport::with_client(reqwest::Client::new(), config);
-    let client = ().serve(transport).await.expect("rmcp initializes against our server");
+    let client =
+        ().serve_with_lifecycle(transport, mode)
+            .await
+            .expect("rmcp starts a session with our server");
+    let negotiated = client
+        .peer_info()
+        .map(|i| i.protocol_version.to_string())
+        .unwrap_or_default();
+    assert_eq!(negotiated, version);
     let tools = client.list_all_tools().await.unwrap();
     assert_eq!(tools.len(), 5, "the demo token's reads");
     assert!(tools.iter().all(|t| t.output_schema.is_some()));
@@ -325,7 +427,7 @@ async fn the_official_rust_sdk_client_lists_and_calls_every_tool() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_official_python_sdk_client_lists_and_calls_every_tool() {
+async fn the_official_python_sdk_client_lists_and_calls_every_tool_in_either_era() {
     let probe = std::process::Command::new("python3")
         .args(["-c", "import mcp"])
         .output();
@@ -343,15 +445,23 @@ async fn the_official_python_sdk_client_lists_and_calls_every_tool() {
         return;
     }
     let s = start().await;
+    for era in ["2025-11-25", "2026-07-28"] {
+        python_lists_and_calls(&s, era).await;
+    }
+}
+
+async fn python_lists_and_calls(s: &TestServer, era: &str) {
     let script =
         std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/interop/python_client.py");
     let token = s.demo_token();
     let url = s.url.clone();
+    let era_arg = era.to_string();
     let out = tokio::task::spawn_blocking(move || {
         std::process::Command::new("python3")
             .arg(script)
             .arg(url)
             .arg(token)
+            .arg(era_arg)
             .output()
             .unwrap()
     })
@@ -363,7 +473,7 @@ async fn the_official_python_sdk_client_lists_and_calls_every_tool() {
         String::from_utf8_lossy(&out.stderr)
     );
     let report: Value = serde_json::from_slice(&out.stdout).unwrap();
-    assert_eq!(report["protocol_version"], "2025-11-25");
+    assert_eq!(report["protocol_version"], era);
     // The demo token's reads: the investigation's four and the transition check.
     assert_eq!(
         report["tools"].as_array().unwrap().len(),

@@ -722,3 +722,262 @@ async fn a_content_type_that_only_starts_like_json_is_refused() {
         assert_eq!(r.status(), status, "{kind}");
     }
 }
+
+// The stateless era (2026-07-28) on the same endpoint.
+
+#[tokio::test]
+async fn discover_lists_both_eras_with_cache_hints_and_the_servers_identity() {
+    let s = start().await;
+    let (status, r) = s
+        .stateless(Some(&s.demo_token()), "server/discover", json!({}), &[])
+        .await;
+    assert_eq!(status, 200);
+    let result = &r["result"];
+    assert_eq!(r["id"], 41);
+    for v in ["2026-07-28", "2025-11-25"] {
+        assert!(
+            result["supportedVersions"]
+                .as_array()
+                .unwrap()
+                .contains(&json!(v)),
+            "{result}"
+        );
+    }
+    assert_eq!(result["capabilities"]["tools"]["listChanged"], false);
+    assert_eq!(result["resultType"], "complete");
+    assert_eq!(result["ttlMs"], 60_000);
+    assert_eq!(result["cacheScope"], "public");
+    assert_eq!(
+        result["_meta"]["io.modelcontextprotocol/serverInfo"]["name"],
+        "caseops-tools"
+    );
+}
+
+#[tokio::test]
+async fn a_stateless_tools_list_is_the_handshake_one_with_private_cache_hints() {
+    let s = start().await;
+    let t = s.token("tenant-demo", "C-102", &["case:read", "policy:read"]);
+    let (status, modern) = s.stateless(Some(&t), "tools/list", json!({}), &[]).await;
+    assert_eq!(status, 200);
+    let legacy: Value = s
+        .post(
+            Some(&t),
+            json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list"}),
+        )
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(modern["result"]["tools"], legacy["result"]["tools"]);
+    assert!(!modern["result"]["tools"].as_array().unwrap().is_empty());
+    assert_eq!(modern["result"]["resultType"], "complete");
+    assert_eq!(modern["result"]["ttlMs"], 60_000);
+    assert_eq!(modern["result"]["cacheScope"], "private");
+    assert!(legacy["result"].get("resultType").is_none());
+    // The hints come after the listing, always in the same order.
+    let keys: Vec<&String> = modern["result"].as_object().unwrap().keys().collect();
+    assert_eq!(keys, ["tools", "resultType", "ttlMs", "cacheScope"]);
+}
+
+#[tokio::test]
+async fn a_stateless_tool_call_answers_what_a_handshake_one_does_and_says_it_is_complete() {
+    let s = start().await;
+    let t = s.demo_token();
+    let params = json!({"name": "caseops_get_case_snapshot", "arguments": {"case_id": "C-102"}});
+    let (status, modern) = s.stateless(Some(&t), "tools/call", params, &[]).await;
+    assert_eq!(status, 200);
+    let legacy = s
+        .call(&t, "caseops_get_case_snapshot", json!({"case_id": "C-102"}))
+        .await;
+    assert_eq!(modern["result"]["resultType"], "complete");
+    let mut modern = modern["result"].clone();
+    modern.as_object_mut().unwrap().remove("resultType");
+    assert_eq!(modern, legacy["result"]);
+}
+
+#[tokio::test]
+async fn a_stateless_request_missing_a_meta_field_is_400_invalid_params_with_its_id() {
+    let s = start().await;
+    let t = s.demo_token();
+    for meta in [
+        json!({"io.modelcontextprotocol/clientCapabilities": {}}),
+        json!({"io.modelcontextprotocol/protocolVersion": "2026-07-28"}),
+        json!({"io.modelcontextprotocol/protocolVersion": "2026-07-28", "io.modelcontextprotocol/clientCapabilities": []}),
+    ] {
+        let (status, r) = s
+            .stateless(Some(&t), "server/discover", json!({"_meta": meta}), &[])
+            .await;
+        assert_eq!(
+            (status, &r["error"]["code"]),
+            (400, &json!(-32602)),
+            "{meta}"
+        );
+        assert_eq!(r["id"], 41);
+    }
+    // No `_meta` at all, under a stateless version header.
+    let r = s
+        .post_with(
+            Some(&t),
+            json!({"jsonrpc": "2.0", "id": 5, "method": "tools/list"}).to_string(),
+            &[
+                ("mcp-protocol-version", "2026-07-28"),
+                ("mcp-method", "tools/list"),
+            ],
+        )
+        .await;
+    assert_eq!(r.status(), 400);
+    let r: Value = r.json().await.unwrap();
+    assert_eq!(
+        (r["id"].clone(), r["error"]["code"].clone()),
+        (json!(5), json!(-32602))
+    );
+    // Client info is optional.
+    let meta = json!({"io.modelcontextprotocol/protocolVersion": "2026-07-28", "io.modelcontextprotocol/clientCapabilities": {}});
+    let (status, _) = s
+        .stateless(Some(&t), "server/discover", json!({"_meta": meta}), &[])
+        .await;
+    assert_eq!(status, 200);
+}
+
+#[tokio::test]
+async fn standard_headers_that_differ_from_the_body_are_400_header_mismatch() {
+    let s = start().await;
+    let t = s.demo_token();
+    let call = json!({"name": "caseops_get_case_snapshot", "arguments": {"case_id": "C-102"}});
+    for headers in [
+        vec![("mcp-protocol-version", "2025-11-25")],
+        vec![("mcp-protocol-version", "")],
+        vec![("mcp-method", "tools/list")],
+        vec![("mcp-method", "")],
+        vec![("mcp-name", "caseops_get_policy_requirements")],
+        vec![("mcp-name", "")],
+    ] {
+        let (status, r) = s
+            .stateless(Some(&t), "tools/call", call.clone(), &headers)
+            .await;
+        assert_eq!(
+            (status, &r["error"]["code"]),
+            (400, &json!(-32020)),
+            "{headers:?}: {r}"
+        );
+        assert_eq!(r["id"], 41);
+    }
+    // Header names are case-insensitive and a base64 name is decoded.
+    let (status, _) = s
+        .stateless(
+            Some(&t),
+            "tools/call",
+            call,
+            &[(
+                "MCP-NAME",
+                "=?base64?Y2FzZW9wc19nZXRfY2FzZV9zbmFwc2hvdA==?=",
+            )],
+        )
+        .await;
+    assert_eq!(status, 200);
+}
+
+#[tokio::test]
+async fn an_unsupported_stateless_version_is_400_naming_the_supported_and_requested_ones() {
+    let s = start().await;
+    let meta = json!({"io.modelcontextprotocol/protocolVersion": "v999.0.0", "io.modelcontextprotocol/clientCapabilities": {}});
+    let (status, r) = s
+        .stateless(
+            Some(&s.demo_token()),
+            "server/discover",
+            json!({"_meta": meta}),
+            &[("mcp-protocol-version", "v999.0.0")],
+        )
+        .await;
+    assert_eq!(status, 400);
+    assert_eq!(r["error"]["code"], -32022);
+    assert_eq!(
+        r["error"]["data"],
+        json!({"supported": ["2026-07-28"], "requested": "v999.0.0"})
+    );
+    // A version header that disagrees is a mismatch first.
+    let (status, r) = s
+        .stateless(
+            Some(&s.demo_token()),
+            "server/discover",
+            json!({"_meta": meta}),
+            &[],
+        )
+        .await;
+    assert_eq!((status, r["error"]["code"].clone()), (400, json!(-32020)));
+}
+
+#[tokio::test]
+async fn handshake_methods_and_unknown_ones_are_404_method_not_found_when_stateless() {
+    let s = start().await;
+    let t = s.demo_token();
+    for method in [
+        "initialize",
+        "ping",
+        "logging/setLevel",
+        "resources/subscribe",
+        "prompts/list",
+        "unknown/method",
+    ] {
+        let (status, r) = s.stateless(Some(&t), method, json!({}), &[]).await;
+        assert_eq!(
+            (status, &r["error"]["code"]),
+            (404, &json!(-32601)),
+            "{method}"
+        );
+        assert_eq!(r["id"], 41);
+    }
+}
+
+#[tokio::test]
+async fn tokens_scopes_and_tenants_decide_the_same_in_both_eras() {
+    let s = start().await;
+    let call = json!({"name": "caseops_get_case_snapshot", "arguments": {"case_id": "C-102"}});
+    // No token: 401 with the metadata challenge, before any envelope check.
+    let r = s
+        .post_with(
+            None,
+            json!({"jsonrpc": "2.0", "id": 1, "method": "server/discover"}).to_string(),
+            &[],
+        )
+        .await;
+    assert_eq!(r.status(), 401);
+    assert!(
+        r.headers()["www-authenticate"]
+            .to_str()
+            .unwrap()
+            .contains("resource_metadata=")
+    );
+    // A missing scope: 403 insufficient_scope in both.
+    let policy_only = s.token("tenant-demo", "C-102", &["policy:read"]);
+    let (status, r) = s
+        .stateless(Some(&policy_only), "tools/call", call.clone(), &[])
+        .await;
+    assert_eq!(
+        (status, r["error"].clone()),
+        (403, json!("insufficient_scope"))
+    );
+    // Another tenant's case: the same tool error in both eras.
+    let other = s.token("tenant-other", "C-102", ALL_SCOPES);
+    let (_, modern) = s.stateless(Some(&other), "tools/call", call, &[]).await;
+    let legacy = s
+        .call(
+            &other,
+            "caseops_get_case_snapshot",
+            json!({"case_id": "C-102"}),
+        )
+        .await;
+    assert_eq!(modern["result"]["isError"], true);
+    assert_eq!(
+        modern["result"]["structuredContent"],
+        legacy["result"]["structuredContent"]
+    );
+    // Invalid arguments: the same tool error too.
+    let bad = json!({"name": "caseops_get_case_snapshot", "arguments": {"case_id": 7}});
+    let t = s.demo_token();
+    let (_, modern) = s.stateless(Some(&t), "tools/call", bad, &[]).await;
+    assert_eq!(
+        modern["result"]["structuredContent"]["code"],
+        "INVALID_ARGUMENTS"
+    );
+}

@@ -1,16 +1,21 @@
 //! The MCP client executor: the runtime's tool calls go to an MCP server over
-//! Streamable HTTP. One keep-alive HTTP client per server, `initialize` once (again
-//! after a protocol error), a fresh task token per run, JSON or SSE responses.
+//! Streamable HTTP. One keep-alive HTTP client per server, a fresh task token per
+//! run, JSON or SSE responses. It prefers the stateless era (2026-07-28):
+//! `server/discover` once, reused for the `ttlMs` the server grants, then a `_meta`
+//! envelope and standard headers on every request; a server without
+//! `server/discover` gets the 2025-11-25 `initialize` handshake instead. Either is
+//! negotiated again after a protocol error.
 
 use std::collections::HashMap;
 use std::marker::PhantomData;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use caseops_runtime::{CallContext, ContractBundle, ExecError, Executor, ToolCall};
 use serde_json::{Value, json};
 
+use super::era::{self, Preference};
 use super::server::LATEST_VERSION;
 use super::token::TokenIssuer;
 
@@ -53,14 +58,37 @@ pub struct McpClient<B: ContractBundle> {
     http: reqwest::Client,
     url: String,
     issuer: TokenIssuer,
-    /// The negotiated protocol version; `None` until initialized (or after a
-    /// protocol error, so the next call initializes again).
-    version: tokio::sync::Mutex<Option<String>>,
+    preference: Preference,
+    /// What was agreed with the server; `None` until negotiated (or after a
+    /// protocol error, so the next call negotiates again).
+    session: tokio::sync::Mutex<Option<Session>>,
     next_id: AtomicU64,
     /// One token per task (run), reused while it has a minute left.
     tokens: Mutex<HashMap<String, (String, u64)>>,
     _bundle: PhantomData<B>,
 }
+
+/// What the client and the server agreed on.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Session {
+    /// Stateless: the version `server/discover` offered, good until `fresh_until`.
+    Stateless {
+        version: String,
+        fresh_until: Instant,
+    },
+    /// After `initialize`: the negotiated version.
+    Handshake { version: String },
+}
+
+impl Session {
+    fn version(&self) -> &str {
+        match self {
+            Session::Stateless { version, .. } | Session::Handshake { version } => version,
+        }
+    }
+}
+
+const CLIENT_NAME: &str = "caseops-runtime";
 
 /// Tokens kept for reuse at most (runs in flight at once are far fewer).
 const TOKEN_CACHE_LIMIT: usize = 1024;
@@ -95,11 +123,27 @@ impl<B: ContractBundle> McpClient<B> {
             http,
             url: url.into(),
             issuer,
-            version: tokio::sync::Mutex::new(None),
+            preference: Preference::Auto,
+            session: tokio::sync::Mutex::new(None),
             next_id: AtomicU64::new(1),
             tokens: Mutex::new(HashMap::new()),
             _bundle: PhantomData,
         }
+    }
+
+    /// Which era to speak (default: [`Preference::Auto`]).
+    pub fn with_preference(mut self, preference: Preference) -> Self {
+        self.preference = preference;
+        self
+    }
+
+    /// The protocol version in use, once negotiated.
+    pub async fn protocol_version(&self) -> Option<String> {
+        self.session
+            .lock()
+            .await
+            .as_ref()
+            .map(|s| s.version().to_string())
     }
 
     /// The task token for a call: a cached one with a minute left, else a fresh one.
@@ -180,7 +224,7 @@ impl<B: ContractBundle> McpClient<B> {
     async fn post(
         &self,
         token: &str,
-        version: Option<&str>,
+        headers: &[(&'static str, String)],
         body: &Value,
     ) -> Result<Option<Value>, ExecError> {
         let mut req = self
@@ -190,8 +234,8 @@ impl<B: ContractBundle> McpClient<B> {
             .header("accept", "application/json, text/event-stream")
             .header("content-type", "application/json")
             .body(body.to_string());
-        if let Some(v) = version {
-            req = req.header("mcp-protocol-version", v);
+        for (name, value) in headers {
+            req = req.header(*name, value);
         }
         if let Some(parent) = crate::traces::traceparent() {
             req = req.header("traceparent", parent);
@@ -242,6 +286,8 @@ impl<B: ContractBundle> McpClient<B> {
                     message: format!("the mcp server refused the request: {why}"),
                 });
             }
+            // The stateless era answers some protocol errors with these statuses.
+            400 | 404 if jsonrpc_error(&text).is_some() => return Ok(jsonrpc_error(&text)),
             502..=504 => {
                 return Err(ExecError::Transient {
                     code: NO_ANSWER.into(),
@@ -260,22 +306,76 @@ impl<B: ContractBundle> McpClient<B> {
             .ok_or_else(|| ExecError::Protocol("the response is not a JSON-RPC message".into()))
     }
 
-    async fn ensure_initialized(&self, token: &str) -> Result<String, ExecError> {
-        let mut version = self.version.lock().await;
-        if let Some(v) = version.as_ref() {
-            return Ok(v.clone());
+    /// The session to send a request in: the current one while it is fresh, else a
+    /// new one negotiated in the preferred era.
+    async fn negotiated(&self, token: &str) -> Result<Session, ExecError> {
+        let mut session = self.session.lock().await;
+        match session.as_ref() {
+            Some(s @ Session::Handshake { .. }) => return Ok(s.clone()),
+            Some(s @ Session::Stateless { fresh_until, .. }) if Instant::now() < *fresh_until => {
+                return Ok(s.clone());
+            }
+            _ => {}
         }
+        let fresh = match self.preference {
+            Preference::Handshake => self.initialize(token).await?,
+            Preference::Stateless => self.discover(token).await?.ok_or_else(|| {
+                ExecError::Protocol(format!(
+                    "the mcp server at `{}` does not speak 2026-07-28 (no `server/discover`)",
+                    self.url
+                ))
+            })?,
+            Preference::Auto => match self.discover(token).await? {
+                Some(s) => s,
+                None => self.initialize(token).await?,
+            },
+        };
+        *session = Some(fresh.clone());
+        Ok(fresh)
+    }
+
+    /// `server/discover`: a stateless session, or `None` when the server does not
+    /// have the method or does not offer our version (a 2025-11-25 server).
+    async fn discover(&self, token: &str) -> Result<Option<Session>, ExecError> {
+        let version = era::STATELESS_VERSIONS[0];
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let params = json!({ "_meta": era::request_meta(version, CLIENT_NAME) });
+        let headers = era::request_headers(version, "server/discover", &params);
+        let body =
+            json!({ "jsonrpc": "2.0", "id": id, "method": "server/discover", "params": params });
+        let reply = match self.post(token, &headers, &body).await {
+            Ok(Some(reply)) => reply,
+            Ok(None) => return Ok(None),
+            // A status without a JSON-RPC answer: a server that routes by session.
+            Err(ExecError::Protocol(_)) => return Ok(None),
+            Err(e) => return Err(e),
+        };
+        let result = &reply["result"];
+        let offered = result["supportedVersions"]
+            .as_array()
+            .is_some_and(|v| v.iter().any(|v| v == version));
+        if !offered {
+            return Ok(None);
+        }
+        let ttl = result["ttlMs"].as_u64().unwrap_or(0);
+        Ok(Some(Session::Stateless {
+            version: version.to_string(),
+            fresh_until: Instant::now() + Duration::from_millis(ttl),
+        }))
+    }
+
+    async fn initialize(&self, token: &str) -> Result<Session, ExecError> {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let init = json!({
             "jsonrpc": "2.0", "id": id, "method": "initialize",
             "params": {
                 "protocolVersion": LATEST_VERSION,
                 "capabilities": {},
-                "clientInfo": { "name": "caseops-runtime", "version": env!("CARGO_PKG_VERSION") },
+                "clientInfo": { "name": CLIENT_NAME, "version": env!("CARGO_PKG_VERSION") },
             },
         });
         let reply = self
-            .post(token, None, &init)
+            .post(token, &[], &init)
             .await?
             .ok_or_else(|| ExecError::Protocol("initialize got no response".into()))?;
         let negotiated = reply["result"]["protocolVersion"]
@@ -283,37 +383,61 @@ impl<B: ContractBundle> McpClient<B> {
             .ok_or_else(|| ExecError::Protocol("initialize returned no protocol version".into()))?
             .to_string();
         let note = json!({ "jsonrpc": "2.0", "method": "notifications/initialized" });
-        self.post(token, Some(&negotiated), &note).await?;
-        *version = Some(negotiated.clone());
-        Ok(negotiated)
+        self.post(
+            token,
+            &[("mcp-protocol-version", negotiated.clone())],
+            &note,
+        )
+        .await?;
+        Ok(Session::Handshake {
+            version: negotiated,
+        })
     }
 
-    /// One request; a JSON-RPC error resets the session so the next call initializes.
+    /// One request; a JSON-RPC error ends the session so the next call negotiates.
     pub async fn request(
         &self,
         token: &str,
         method: &str,
-        params: Value,
+        mut params: Value,
     ) -> Result<Value, ExecError> {
-        let version = self.ensure_initialized(token).await?;
+        let session = self.negotiated(token).await?;
+        let headers = match &session {
+            Session::Stateless { version, .. } => {
+                let envelope = era::request_meta(version, CLIENT_NAME);
+                match params["_meta"].as_object_mut() {
+                    Some(meta) => meta.extend(envelope.as_object().cloned().unwrap_or_default()),
+                    None => params["_meta"] = envelope,
+                }
+                era::request_headers(version, method, &params)
+            }
+            Session::Handshake { version } => vec![("mcp-protocol-version", version.clone())],
+        };
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let body = json!({ "jsonrpc": "2.0", "id": id, "method": method, "params": params });
         let reply = self
-            .post(token, Some(&version), &body)
+            .post(token, &headers, &body)
             .await?
             .ok_or_else(|| ExecError::Protocol("a request got no response".into()))?;
         if let Some(err) = reply.get("error") {
-            *self.version.lock().await = None;
+            *self.session.lock().await = None;
             return Err(ExecError::Protocol(format!(
                 "{} ({})",
                 err["message"].as_str().unwrap_or("error"),
                 err["code"]
             )));
         }
-        reply
+        let result = reply
             .get("result")
             .cloned()
-            .ok_or_else(|| ExecError::Protocol("a response without result".into()))
+            .ok_or_else(|| ExecError::Protocol("a response without result".into()))?;
+        // Only a complete result is one; an absent type is a handshake-era result.
+        match result.get("resultType").and_then(Value::as_str) {
+            None | Some("complete") => Ok(result),
+            Some(other) => Err(ExecError::Protocol(format!(
+                "the server answered `{method}` with a `{other}` result, which the runtime does not handle"
+            ))),
+        }
     }
 
     /// Every tool the server lists for `token`, following pagination.
@@ -365,6 +489,13 @@ fn refusal(body: &str, field: &str) -> String {
         Ok(v) if v[field].is_string() => v[field].as_str().unwrap_or_default().to_string(),
         _ => body.chars().take(200).collect(),
     }
+}
+
+/// A JSON-RPC error message, when `body` is one.
+fn jsonrpc_error(body: &str) -> Option<Value> {
+    serde_json::from_str::<Value>(body)
+        .ok()
+        .filter(|v| v.get("error").is_some_and(Value::is_object))
 }
 
 /// The first JSON-RPC message in an SSE body (`data:` lines of the first event).

@@ -1,5 +1,7 @@
-//! The MCP tool server: Streamable HTTP (protocol 2025-11-25) at `/mcp`, stateless,
-//! JSON responses. It speaks the protocol exactly and still decides tenant, scope and
+//! The MCP tool server: Streamable HTTP at `/mcp`, JSON responses, no sessions. It
+//! serves both protocol eras: 2025-11-25 (and before) after an `initialize`
+//! handshake, 2026-07-28 statelessly with a `_meta` envelope on every request
+//! (see [`super::era`]). It speaks the protocol exactly and still decides tenant, scope and
 //! resource itself: identity comes only from the task token.
 
 use std::collections::HashMap;
@@ -18,11 +20,12 @@ use caseops_runtime::validation::Validators;
 use caseops_runtime::{CallContext, ContractBundle, RunSpec, ToolDispatch, ToolError};
 use serde_json::{Map, Value, json};
 
+use super::era::{self, HANDSHAKE_VERSIONS};
 use super::jsonrpc::{self, Incoming};
 use super::token::{TaskClaims, TokenError, TokenVerifier};
 
+/// The newest version the `initialize` handshake negotiates.
 pub const LATEST_VERSION: &str = "2025-11-25";
-pub const SUPPORTED_VERSIONS: &[&str] = &["2025-11-25", "2025-06-18", "2025-03-26"];
 pub const METADATA_PATH: &str = "/.well-known/oauth-protected-resource/mcp";
 
 /// Where the server lives and whom it lets in.
@@ -40,6 +43,8 @@ pub struct McpConfig {
     /// A request body must have arrived within this.
     pub body_read: std::time::Duration,
     pub page_size: usize,
+    /// How long a stateless client may reuse `server/discover` and `tools/list`.
+    pub cache_ttl_ms: u64,
 }
 
 impl McpConfig {
@@ -119,6 +124,7 @@ impl McpConfig {
             max_body_bytes: 256 * 1024,
             body_read: std::time::Duration::from_secs(10),
             page_size: 50,
+            cache_ttl_ms: 60_000,
         })
     }
 
@@ -663,12 +669,6 @@ async fn authenticated<B: ContractBundle, D: ToolDispatch + 'static>(
             "Content-Type must be application/json",
         );
     }
-    if let Some(v) = headers.get("mcp-protocol-version") {
-        let ok = v.to_str().is_ok_and(|v| SUPPORTED_VERSIONS.contains(&v));
-        if !ok {
-            return status(StatusCode::BAD_REQUEST, "unsupported MCP-Protocol-Version");
-        }
-    }
     // Read last, after every check that needs no body, within a bound and a time.
     let body = match crate::http::read_body(body, s.config.max_body_bytes, s.config.body_read).await
     {
@@ -701,13 +701,16 @@ async fn authenticated<B: ContractBundle, D: ToolDispatch + 'static>(
         }
         Incoming::Request { id, method, params } => (id, method, params),
     };
+    if era::is_stateless(headers, &method, &params) {
+        return stateless(s, claims, headers, id, &method, params).await;
+    }
     let result = match method.as_str() {
         "initialize" => {
             let requested = params
                 .get("protocolVersion")
                 .and_then(Value::as_str)
                 .unwrap_or(LATEST_VERSION);
-            let version = if SUPPORTED_VERSIONS.contains(&requested) {
+            let version = if HANDSHAKE_VERSIONS.contains(&requested) {
                 requested
             } else {
                 LATEST_VERSION
@@ -715,17 +718,13 @@ async fn authenticated<B: ContractBundle, D: ToolDispatch + 'static>(
             Ok(json!({
                 "protocolVersion": version,
                 "capabilities": { "tools": { "listChanged": false } },
-                "serverInfo": { "name": "caseops-tools", "title": "CaseOps tools", "version": env!("CARGO_PKG_VERSION") },
-                "instructions": format!("Tools of agent `{}`; every call is authorized against the task token.", B::AGENT),
+                "serverInfo": server_info(),
+                "instructions": instructions::<B>(),
             }))
         }
         "ping" => Ok(json!({})),
         "tools/list" => s.list(claims, &params),
-        "tools/call" => match s
-            .call(claims, &params)
-            .instrument(call_span(&id, &params))
-            .await
-        {
+        "tools/call" => match call(s, claims, &id, &params).await {
             Ok(v) => Ok(v),
             Err(CallFailure::Scope(scope)) => return s.insufficient_scope(&scope),
             Err(CallFailure::Protocol(code, message)) => Err((code, message)),
@@ -740,6 +739,87 @@ async fn authenticated<B: ContractBundle, D: ToolDispatch + 'static>(
         Err((code, message)) => jsonrpc::error(&id, code, &message),
     };
     axum::Json(body).into_response()
+}
+
+/// A request under the stateless (2026-07-28) rules: the envelope is checked before
+/// anything else, every result says `resultType`, cacheable ones say for how long
+/// and for whom, and a method this era does not have is HTTP 404.
+async fn stateless<B: ContractBundle, D: ToolDispatch + 'static>(
+    s: &McpServer<B, D>,
+    claims: &TaskClaims,
+    headers: &HeaderMap,
+    id: Value,
+    method: &str,
+    params: Map<String, Value>,
+) -> Response {
+    if let Err(refusal) = era::check(headers, method, &params) {
+        return rpc_status(refusal.status, refusal.body(&id));
+    }
+    let complete = |mut result: Value| {
+        result["resultType"] = json!("complete");
+        result
+    };
+    let result = match method {
+        "server/discover" => Ok(json!({
+            "supportedVersions": era::ALL_VERSIONS,
+            "capabilities": { "tools": { "listChanged": false } },
+            "instructions": instructions::<B>(),
+            "resultType": "complete",
+            // The same for every caller: nothing in it depends on the token.
+            "ttlMs": s.config.cache_ttl_ms,
+            "cacheScope": "public",
+            "_meta": { era::SERVER_INFO_KEY: server_info() },
+        })),
+        "tools/list" => s.list(claims, &params).map(|mut r| {
+            r["resultType"] = json!("complete");
+            // What a token sees depends on its scopes and tenant.
+            r["ttlMs"] = json!(s.config.cache_ttl_ms);
+            r["cacheScope"] = json!("private");
+            r
+        }),
+        "tools/call" => match call(s, claims, &id, &params).await {
+            Ok(v) => Ok(complete(v)),
+            Err(CallFailure::Scope(scope)) => return s.insufficient_scope(&scope),
+            Err(CallFailure::Protocol(code, message)) => Err((code, message)),
+        },
+        other => {
+            return rpc_status(
+                StatusCode::NOT_FOUND,
+                jsonrpc::error(
+                    &id,
+                    jsonrpc::METHOD_NOT_FOUND,
+                    &format!("method `{other}` not found"),
+                ),
+            );
+        }
+    };
+    let body = match result {
+        Ok(r) => jsonrpc::success(&id, r),
+        Err((code, message)) => jsonrpc::error(&id, code, &message),
+    };
+    axum::Json(body).into_response()
+}
+
+async fn call<B: ContractBundle, D: ToolDispatch + 'static>(
+    s: &McpServer<B, D>,
+    claims: &TaskClaims,
+    id: &Value,
+    params: &Map<String, Value>,
+) -> Result<Value, CallFailure> {
+    s.call(claims, params)
+        .instrument(call_span(id, params))
+        .await
+}
+
+fn server_info() -> Value {
+    json!({ "name": "caseops-tools", "title": "CaseOps tools", "version": env!("CARGO_PKG_VERSION") })
+}
+
+fn instructions<B: ContractBundle>() -> String {
+    format!(
+        "Tools of agent `{}`; every call is authorized against the task token.",
+        B::AGENT
+    )
 }
 
 /// Whether this call is the action a person approved: the task token names the

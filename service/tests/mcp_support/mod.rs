@@ -112,6 +112,43 @@ impl TestServer {
     }
 }
 
+impl TestServer {
+    /// A stateless (2026-07-28) request: the `_meta` envelope and the standard
+    /// headers as a conforming client sends them, then `extra` headers replacing any
+    /// of the same name. Returns the status and the body.
+    pub async fn stateless(
+        &self,
+        token: Option<&str>,
+        method: &str,
+        mut params: serde_json::Value,
+        extra: &[(&str, &str)],
+    ) -> (u16, serde_json::Value) {
+        use caseops_host::mcp::era;
+        if params.get("_meta").is_none() {
+            params["_meta"] = era::request_meta("2026-07-28", "test");
+        }
+        let mut headers: Vec<(String, String)> =
+            era::request_headers("2026-07-28", method, &params)
+                .into_iter()
+                .map(|(k, v)| (k.to_string(), v))
+                .collect();
+        for (k, v) in extra {
+            headers.retain(|(name, _)| !name.eq_ignore_ascii_case(k));
+            headers.push((k.to_string(), v.to_string()));
+        }
+        let headers: Vec<(&str, &str)> = headers
+            .iter()
+            .filter(|(_, v)| !v.is_empty())
+            .map(|(k, v)| (k.as_str(), v.as_str()))
+            .collect();
+        let body =
+            serde_json::json!({"jsonrpc": "2.0", "id": 41, "method": method, "params": params});
+        let r = self.post_with(token, body.to_string(), &headers).await;
+        let status = r.status().as_u16();
+        (status, r.json().await.unwrap_or(serde_json::Value::Null))
+    }
+}
+
 pub fn now() -> u64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)

@@ -11,6 +11,8 @@ pub struct Served {
     pub child: Child,
     /// `http://host:port` of the API.
     pub api: String,
+    /// The MCP endpoint's bound URL (`http://host:port/mcp`), when it serves one.
+    pub mcp: Option<String>,
     /// Standard error's lines so far, when captured.
     pub stderr: Arc<Mutex<Vec<String>>>,
 }
@@ -58,9 +60,20 @@ pub fn serve(database: &str, extra: &[&str], env: &[(&str, &str)], capture_stder
             break rest.split_whitespace().next().unwrap().to_string();
         }
     };
+    // The MCP line follows the API's at once.
+    let mcp = lines.next().and_then(Result::ok).and_then(|line| {
+        line.strip_prefix("caseops mcp on ")
+            .and_then(|rest| rest.split_whitespace().next())
+            .map(str::to_string)
+    });
     // Keep reading so that a full pipe never blocks the server.
     std::thread::spawn(move || for _ in lines {});
-    Served { child, api, stderr }
+    Served {
+        child,
+        api,
+        mcp,
+        stderr,
+    }
 }
 
 impl Served {

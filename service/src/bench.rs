@@ -243,7 +243,9 @@ pub async fn run(config: BenchConfig) -> Result<BenchReport, String> {
         scenario: match config.scenario {
             Scenario::AgentRun => "agent-run",
             Scenario::Replay => "replay",
-            Scenario::McpCall => "mcp-call",
+            // The era is part of what was measured.
+            Scenario::McpCall if config.mcp_era == Preference::Handshake => "mcp-call",
+            Scenario::McpCall => "mcp-call@2026-07-28",
         }
         .into(),
         concurrency: config.concurrency,

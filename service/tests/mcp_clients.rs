@@ -486,3 +486,34 @@ async fn python_lists_and_calls(s: &TestServer, era: &str) {
         assert!(call["structured"]["evidence_ref"].is_string(), "{call}");
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bench_loads_tools_call_in_either_era_without_errors() {
+    let s = start().await;
+    for (era, scenario) in [
+        ("2025-11-25", "mcp-call"),
+        ("2026-07-28", "mcp-call@2026-07-28"),
+    ] {
+        let url = s.url.clone();
+        let out = tokio::task::spawn_blocking(move || {
+            std::process::Command::new(env!("CARGO_BIN_EXE_caseops"))
+                .args(["bench", "--scenario", "mcp-call", "--mcp-era", era])
+                .args(["--concurrency", "2", "--requests", "40", "--warmup", "0"])
+                .args(["--mcp", &url, "--token-issuer", ISSUER, "--json"])
+                .env("CASEOPS_SIGNING_KEY", std::str::from_utf8(SECRET).unwrap())
+                .output()
+                .unwrap()
+        })
+        .await
+        .unwrap();
+        assert!(
+            out.status.success(),
+            "{era}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(report["scenario"], scenario);
+        assert_eq!(report["errors"], 0, "{era}: {report}");
+        assert!(report["completed"].as_u64().unwrap() >= 40, "{report}");
+    }
+}

@@ -734,11 +734,7 @@ async fn authenticated<B: ContractBundle, D: ToolDispatch + 'static>(
             format!("method `{other}` not found"),
         )),
     };
-    let body = match result {
-        Ok(r) => jsonrpc::success(&id, r),
-        Err((code, message)) => jsonrpc::error(&id, code, &message),
-    };
-    axum::Json(body).into_response()
+    answer(&id, result)
 }
 
 /// A request under the stateless (2026-07-28) rules: the envelope is checked before
@@ -770,8 +766,8 @@ async fn stateless<B: ContractBundle, D: ToolDispatch + 'static>(
             "cacheScope": "public",
             "_meta": { era::SERVER_INFO_KEY: server_info() },
         })),
-        "tools/list" => s.list(claims, &params).map(|mut r| {
-            r["resultType"] = json!("complete");
+        "tools/list" => s.list(claims, &params).map(|r| {
+            let mut r = complete(r);
             // What a token sees depends on its scopes and tenant.
             r["ttlMs"] = json!(s.config.cache_ttl_ms);
             r["cacheScope"] = json!("private");
@@ -793,9 +789,14 @@ async fn stateless<B: ContractBundle, D: ToolDispatch + 'static>(
             );
         }
     };
+    answer(&id, result)
+}
+
+/// A result or a JSON-RPC error, as the response to request `id`.
+fn answer(id: &Value, result: Result<Value, (i64, String)>) -> Response {
     let body = match result {
-        Ok(r) => jsonrpc::success(&id, r),
-        Err((code, message)) => jsonrpc::error(&id, code, &message),
+        Ok(r) => jsonrpc::success(id, r),
+        Err((code, message)) => jsonrpc::error(id, code, &message),
     };
     axum::Json(body).into_response()
 }

@@ -455,24 +455,9 @@ async fn python_lists_and_calls(s: &TestServer, era: &str) {
         std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/interop/python_client.py");
     let token = s.demo_token();
     let url = s.url.clone();
-    let era_arg = era.to_string();
-    let out = tokio::task::spawn_blocking(move || {
-        std::process::Command::new("python3")
-            .arg(script)
-            .arg(url)
-            .arg(token)
-            .arg(era_arg)
-            .output()
-            .unwrap()
-    })
-    .await
-    .unwrap();
-    assert!(
-        out.status.success(),
-        "python client failed:\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let mut python = std::process::Command::new("python3");
+    python.arg(script).arg(url).arg(token).arg(era);
+    let report = json_report(python, "the python client").await;
     assert_eq!(report["protocol_version"], era);
     // The demo token's reads: the investigation's four and the transition check.
     assert_eq!(
@@ -494,26 +479,28 @@ async fn bench_loads_tools_call_in_either_era_without_errors() {
         ("2025-11-25", "mcp-call"),
         ("2026-07-28", "mcp-call@2026-07-28"),
     ] {
-        let url = s.url.clone();
-        let out = tokio::task::spawn_blocking(move || {
-            std::process::Command::new(env!("CARGO_BIN_EXE_caseops"))
-                .args(["bench", "--scenario", "mcp-call", "--mcp-era", era])
-                .args(["--concurrency", "2", "--requests", "40", "--warmup", "0"])
-                .args(["--mcp", &url, "--token-issuer", ISSUER, "--json"])
-                .env("CASEOPS_SIGNING_KEY", std::str::from_utf8(SECRET).unwrap())
-                .output()
-                .unwrap()
-        })
-        .await
-        .unwrap();
-        assert!(
-            out.status.success(),
-            "{era}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+        let mut bench = std::process::Command::new(env!("CARGO_BIN_EXE_caseops"));
+        bench
+            .args(["bench", "--scenario", "mcp-call", "--mcp-era", era])
+            .args(["--concurrency", "2", "--requests", "40", "--warmup", "0"])
+            .args(["--mcp", &s.url, "--token-issuer", ISSUER, "--json"])
+            .env("CASEOPS_SIGNING_KEY", std::str::from_utf8(SECRET).unwrap());
+        let report = json_report(bench, &format!("bench in {era}")).await;
         assert_eq!(report["scenario"], scenario);
         assert_eq!(report["errors"], 0, "{era}: {report}");
         assert!(report["completed"].as_u64().unwrap() >= 40, "{report}");
     }
+}
+
+/// Runs `command` off the async threads; it must succeed and print one JSON value.
+async fn json_report(mut command: std::process::Command, what: &str) -> Value {
+    let out = tokio::task::spawn_blocking(move || command.output().unwrap())
+        .await
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{what} failed:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
 }

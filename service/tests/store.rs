@@ -366,29 +366,8 @@ async fn a_run_resumes_from_the_database_after_its_process_stopped() {
             .allocate(&new_run("r9", "resume-key-1", "h"))
             .await
             .unwrap();
-        // Simulate a process that died after its third commit (before the first tool).
-        struct Dying<'a>(&'a SqlRunStore, std::sync::atomic::AtomicUsize);
-        impl caseops_runtime::RunStore for Dying<'_> {
-            async fn commit(
-                &self,
-                b: caseops_runtime::store::Batch,
-            ) -> Result<(), caseops_runtime::store::StoreError> {
-                if self.1.fetch_add(1, std::sync::atomic::Ordering::SeqCst) == 2 {
-                    return Err(caseops_runtime::store::StoreError::Unavailable(
-                        "killed".into(),
-                    ));
-                }
-                self.0.commit(b).await
-            }
-            async fn load(
-                &self,
-                id: &str,
-            ) -> Result<Option<caseops_runtime::store::StoredRun>, caseops_runtime::store::StoreError>
-            {
-                self.0.load(id).await
-            }
-        }
-        let dying = Dying(&store, Default::default());
+        // A process that died after its third commit (before the first tool).
+        let dying = DiesAt(&store, 2, Default::default());
         let engine = Engine::<Bundle>::new().unwrap();
         assert!(
             engine
@@ -411,6 +390,110 @@ async fn a_run_resumes_from_the_database_after_its_process_stopped() {
                 .enumerate()
                 .all(|(i, c)| c.sequence == i as u64 + 1),
             "{backend}: no sequence duplicated or skipped"
+        );
+    }
+}
+
+/// A store that fails its `n`th commit, as a process killed just before it would.
+struct DiesAt<'a>(&'a SqlRunStore, usize, std::sync::atomic::AtomicUsize);
+
+impl caseops_runtime::RunStore for DiesAt<'_> {
+    async fn commit(
+        &self,
+        b: caseops_runtime::store::Batch,
+    ) -> Result<(), caseops_runtime::store::StoreError> {
+        if self.2.fetch_add(1, std::sync::atomic::Ordering::SeqCst) == self.1 {
+            return Err(caseops_runtime::store::StoreError::Unavailable(
+                "killed".into(),
+            ));
+        }
+        self.0.commit(b).await
+    }
+    async fn load(
+        &self,
+        id: &str,
+    ) -> Result<Option<caseops_runtime::store::StoredRun>, caseops_runtime::store::StoreError> {
+        self.0.load(id).await
+    }
+}
+
+async fn count(db: &Db, sql: &str) -> i64 {
+    db.fetch_all(sql, &[]).await.unwrap()[0]
+        .get::<i64>("n")
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn only_the_newest_snapshot_is_stored_and_none_once_the_run_has_ended() {
+    for (backend, url) in fresh_databases("snapshots").await {
+        let (db, store, direct) = setup(&url).await;
+        store
+            .allocate(&new_run("r10", "snapshot-key-1", "h"))
+            .await
+            .unwrap();
+        let engine = Engine::<Bundle>::new().unwrap();
+        // Stopped mid-run: a snapshot on the run's row only.
+        let dying = DiesAt(&store, 3, Default::default());
+        assert!(
+            engine
+                .start(spec("r10"), &ConformancePlanner, &direct, &dying)
+                .await
+                .is_err()
+        );
+        let on_row = "SELECT COUNT(*) AS n FROM runs WHERE run_id = 'r10' AND snapshot IS NOT NULL";
+        let in_checkpoints =
+            "SELECT COUNT(*) AS n FROM checkpoints WHERE run_id = 'r10' AND snapshot IS NOT NULL";
+        assert_eq!(count(&db, on_row).await, 1, "{backend}");
+        assert_eq!(count(&db, in_checkpoints).await, 0, "{backend}");
+        let out = engine
+            .resume("r10", &ConformancePlanner, &direct, &store)
+            .await
+            .unwrap();
+        assert_eq!(out.status, "completed", "{backend}");
+        assert_eq!(
+            count(&db, on_row).await,
+            0,
+            "{backend}: a finished run keeps none"
+        );
+        assert_eq!(count(&db, in_checkpoints).await, 0, "{backend}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_checkpointed_before_snapshots_moved_to_its_row_still_resumes() {
+    for (backend, url) in fresh_databases("legacy_snapshot").await {
+        let (db, store, direct) = setup(&url).await;
+        store
+            .allocate(&new_run("r11", "legacy-key-1", "h"))
+            .await
+            .unwrap();
+        let engine = Engine::<Bundle>::new().unwrap();
+        let dying = DiesAt(&store, 3, Default::default());
+        assert!(
+            engine
+                .start(spec("r11"), &ConformancePlanner, &direct, &dying)
+                .await
+                .is_err()
+        );
+        // As an older version wrote it: the snapshot in the last checkpoint.
+        db.execute(
+            "UPDATE checkpoints SET snapshot = (SELECT snapshot FROM runs WHERE run_id = 'r11') \
+             WHERE run_id = 'r11' AND sequence = (SELECT MAX(sequence) FROM checkpoints WHERE run_id = 'r11')",
+            &[],
+        )
+        .await
+        .unwrap();
+        db.execute("UPDATE runs SET snapshot = NULL WHERE run_id = 'r11'", &[])
+            .await
+            .unwrap();
+        let out = engine
+            .resume("r11", &ConformancePlanner, &direct, &store)
+            .await
+            .unwrap();
+        assert_eq!(
+            (out.status.as_str(), out.step_count),
+            ("completed", 4),
+            "{backend}"
         );
     }
 }

@@ -195,6 +195,12 @@ pub const HOST_MIGRATIONS: &[Migration] = &[
         sqlite: include_str!("../../migrations/sqlite/1005_console.sql"),
         postgres: include_str!("../../migrations/postgres/1005_console.sql"),
     },
+    Migration {
+        version: 1006,
+        description: "run snapshot",
+        sqlite: include_str!("../../migrations/sqlite/1006_run_snapshot.sql"),
+        postgres: include_str!("../../migrations/postgres/1006_run_snapshot.sql"),
+    },
 ];
 
 const HOST_TABLES: &[&str] = &[
@@ -637,8 +643,8 @@ mod tests {
     #[test]
     fn application_migrations_follow_the_hosts_in_version_order() {
         let order: Vec<i64> = migrations(&NOTES).iter().map(|m| m.version).collect();
-        assert_eq!(order, [1, 3, 4, 5, 1000, 1001, 1003, 1004, 1005]);
-        assert_eq!(latest(&NOTES), 1005);
+        assert_eq!(order, [1, 3, 4, 5, 1000, 1001, 1003, 1004, 1005, 1006]);
+        assert_eq!(latest(&NOTES), 1006);
     }
 
     #[tokio::test]

@@ -760,31 +760,47 @@ impl SqlRunStore {
         let holds = batch.outcome.is_none() && batch.approval.is_none();
         let expires = holds.then_some(now + self.lease_ms);
         let owner = holds.then(|| self.owner.clone());
-        Statement::new(
-            "UPDATE runs SET state = ?, status = ?, step_count = ?, final_result = ?, provenance = ?, stop_reason = ?, updated_at = ?, lease_owner = ?, lease_expires_at = ? \
-             WHERE run_id = ? AND lease_owner = ? AND status = 'running'",
-            params![
-                &batch.state,
-                &status,
-                i64::from(batch.step_count),
-                batch
-                    .outcome
-                    .as_ref()
-                    .and_then(|o| o.final_answer.as_ref())
-                    .map(Value::to_string),
-                batch
-                    .outcome
-                    .as_ref()
-                    .and_then(|o| o.provenance.as_ref())
-                    .map(Value::to_string),
-                batch.outcome.as_ref().and_then(|o| o.stop_reason.clone()),
-                now,
-                owner,
-                expires,
-                &batch.run_id,
-                &self.owner
-            ],
-        )
+        // Recovery reads only the newest snapshot, so one lives on the run's row:
+        // the batch's (kept when it brought none), and none once the run has ended.
+        let snapshot = batch
+            .checkpoints
+            .last()
+            .filter(|cp| !cp.snapshot.is_null())
+            .map(|cp| cp.snapshot.to_string());
+        let sql = match batch.outcome {
+            Some(_) => {
+                "UPDATE runs SET state = ?, status = ?, step_count = ?, final_result = ?, provenance = ?, stop_reason = ?, updated_at = ?, lease_owner = ?, lease_expires_at = ?, snapshot = NULL \
+             WHERE run_id = ? AND lease_owner = ? AND status = 'running'"
+            }
+            None => {
+                "UPDATE runs SET state = ?, status = ?, step_count = ?, final_result = ?, provenance = ?, stop_reason = ?, updated_at = ?, lease_owner = ?, lease_expires_at = ?, snapshot = COALESCE(?, snapshot) \
+             WHERE run_id = ? AND lease_owner = ? AND status = 'running'"
+            }
+        };
+        let mut values = Vec::from(params![
+            &batch.state,
+            &status,
+            i64::from(batch.step_count),
+            batch
+                .outcome
+                .as_ref()
+                .and_then(|o| o.final_answer.as_ref())
+                .map(Value::to_string),
+            batch
+                .outcome
+                .as_ref()
+                .and_then(|o| o.provenance.as_ref())
+                .map(Value::to_string),
+            batch.outcome.as_ref().and_then(|o| o.stop_reason.clone()),
+            now,
+            owner,
+            expires
+        ]);
+        if batch.outcome.is_none() {
+            values.extend(params![snapshot]);
+        }
+        values.extend(params![&batch.run_id, &self.owner]);
+        Statement::new(sql, values)
     }
 
     /// What a batch writes after its fence: checkpoints and ledger rows. `gate` is
@@ -798,7 +814,8 @@ impl SqlRunStore {
             let tuples = vec!["(?, ?, ?, ?, ?, ?, ?)"; batch.checkpoints.len()].join(", ");
             let mut values = Vec::with_capacity(batch.checkpoints.len() * 7);
             for cp in &batch.checkpoints {
-                let snapshot = (!cp.snapshot.is_null()).then(|| cp.snapshot.to_string());
+                // The snapshot goes to the run's row (see `fence`).
+                let snapshot: Option<String> = None;
                 values.extend(params![
                     &cp.run_id,
                     cp.sequence as i64,
@@ -1116,7 +1133,24 @@ impl RunStore for SqlRunStore {
         };
         let tenant: String = row.get("tenant_id").map_err(err)?;
         let record = self.get(&tenant, run_id).await.map_err(err)?;
-        let checkpoints = self.checkpoints(&tenant, run_id).await.map_err(err)?;
+        let mut checkpoints = self.checkpoints(&tenant, run_id).await.map_err(err)?;
+        // The newest snapshot is the run's; a run written before it moved there
+        // has it in its last checkpoint instead.
+        let snapshot = self
+            .db
+            .fetch_optional(
+                "SELECT snapshot FROM runs WHERE run_id = ?",
+                &params![run_id],
+            )
+            .await
+            .map_err(err)?
+            .map(|r| -> Result<Option<Value>, DbError> { parse_json(r.get("snapshot")?, "runs") })
+            .transpose()
+            .map_err(err)?
+            .flatten();
+        if let (Some(snapshot), Some(last)) = (snapshot, checkpoints.last_mut()) {
+            last.snapshot = snapshot;
+        }
         let ledger = self.ledger(&tenant, run_id).await.map_err(err)?;
         let approval = super::approvals::latest_of_run(&self.db, run_id)
             .await

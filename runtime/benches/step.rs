@@ -146,6 +146,19 @@ fn bench(c: &mut Criterion) {
             )
         })
     });
+    // A question never asked before: the decision cache misses, Cedar decides.
+    let mut n = 0u64;
+    c.bench_function("stage/cedar_authorization_first_ask", |b| {
+        b.iter(|| {
+            n += 1;
+            let fresh = json!({"case_id": "C-102", "document_id": format!("DOC-{n}")});
+            black_box(
+                engine
+                    .authorization()
+                    .authorize(&s, "investigating", tool, &fresh),
+            )
+        })
+    });
     c.bench_function("stage/fingerprint", |b| {
         b.iter(|| black_box(action_fingerprint(tool.name, black_box(&args))))
     });

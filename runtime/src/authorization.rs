@@ -7,6 +7,7 @@
 use std::str::FromStr;
 
 use std::collections::{HashMap, HashSet};
+use std::sync::{Mutex, OnceLock};
 
 use cedar_policy::{
     Authorizer, Context, Decision, Entities, Entity, EntityId, EntityTypeName, EntityUid, PolicyId,
@@ -69,7 +70,17 @@ pub struct Authorization {
     types: Types,
     deny_priority: &'static [&'static str],
     authorizer: Authorizer,
+    /// Whether a policy names a task by its id; if none does, no decision depends
+    /// on which task asks, and runs alike share cached decisions.
+    names_tasks: bool,
+    /// Decisions by everything they read (see [`Authorization::decide`]).
+    decisions: Mutex<HashMap<String, (AuthzDecision, bool)>>,
 }
+
+/// Decisions kept; the cache is emptied when full. A deployment's distinct
+/// questions (tenant × case × stage × tool × arguments) in flight at once are far
+/// fewer.
+const DECISIONS_KEPT: usize = 4096;
 
 impl Authorization {
     pub fn load<B: ContractBundle>() -> Result<Self, AuthzLoadError> {
@@ -103,11 +114,18 @@ impl Authorization {
                     message: e.to_string(),
                 })?;
         }
+        // An entity literal may have spaces around `::`; compare without them.
+        let compact: String = B::CEDAR_POLICIES
+            .chars()
+            .filter(|c| !c.is_whitespace())
+            .collect();
         Ok(Self {
             policies,
             types,
             deny_priority: B::DENY_REASONS,
             authorizer: Authorizer::new(),
+            names_tasks: compact.contains("Task::\""),
+            decisions: Mutex::new(HashMap::new()),
         })
     }
 
@@ -189,21 +207,58 @@ impl Authorization {
         }
     }
 
-    /// The run's tenant, resource, task principal and the actions of `tools` as Cedar
-    /// entities. They do not change during a run, so a driver builds them once.
+    /// The run's tenant, resource, task principal and the actions of `tools`. They do
+    /// not change during a run, so a driver prepares them once; the Cedar entities
+    /// are built on the first decision the cache cannot answer.
     pub fn principal(
         &self,
         spec: &RunSpec,
         stage: &str,
         tools: &[ToolContract],
     ) -> Result<Principal, String> {
+        let t = &self.types;
+        let task_key = if self.names_tasks {
+            spec.task_id.as_str()
+        } else {
+            ""
+        };
+        let actions: Vec<&str> = tools.iter().map(|t| t.name).collect();
+        // JSON: no two different principals share a key.
+        let key = serde_json::to_string(&(
+            &spec.tenant_id,
+            &spec.catalog,
+            &spec.resource_id,
+            &spec.subject,
+            &spec.scopes,
+            stage,
+            task_key,
+            &actions,
+        ))
+        .map_err(|e| e.to_string())?;
+        Ok(Principal {
+            key,
+            entities: OnceLock::new(),
+            spec: spec.clone(),
+            tools: tools.to_vec(),
+            task: EntityUid::from_type_name_and_id(t.task.clone(), EntityId::new(&spec.task_id)),
+            resource: EntityUid::from_type_name_and_id(
+                t.resource.clone(),
+                EntityId::new(&spec.resource_id),
+            ),
+            resource_id: spec.resource_id.clone(),
+            stage: stage.to_string(),
+        })
+    }
+
+    /// The principal's Cedar entities.
+    fn entities(&self, p: &Principal) -> Result<Entities, String> {
         let e = |e: &dyn std::fmt::Display| e.to_string();
+        let (spec, stage, tools) = (&p.spec, p.stage.as_str(), p.tools.as_slice());
         let t = &self.types;
         let tenant =
             EntityUid::from_type_name_and_id(t.tenant.clone(), EntityId::new(&spec.tenant_id));
-        let resource =
-            EntityUid::from_type_name_and_id(t.resource.clone(), EntityId::new(&spec.resource_id));
-        let task = EntityUid::from_type_name_and_id(t.task.clone(), EntityId::new(&spec.task_id));
+        let resource = p.resource.clone();
+        let task = p.task.clone();
         let strings = |items: &[String]| {
             RestrictedExpression::new_set(
                 items
@@ -228,7 +283,7 @@ impl Authorization {
                 HashSet::from([tenant.clone()]),
             ),
             Entity::new(
-                task.clone(),
+                task,
                 HashMap::from([
                     (
                         "tenant".to_string(),
@@ -241,7 +296,7 @@ impl Authorization {
                     ("scopes".to_string(), strings(&spec.scopes)),
                     (
                         "resource".to_string(),
-                        RestrictedExpression::new_entity_uid(resource.clone()),
+                        RestrictedExpression::new_entity_uid(resource),
                     ),
                     (
                         "stage".to_string(),
@@ -266,17 +321,14 @@ impl Authorization {
                 EntityUid::from_type_name_and_id(t.action.clone(), EntityId::new(risk_group(tool)));
             entities.push(Entity::new_no_attrs(action, HashSet::from([group])));
         }
-        Ok(Principal {
-            entities: Entities::from_entities(entities, None).map_err(|x| e(&x))?,
-            task,
-            resource,
-            resource_id: spec.resource_id.clone(),
-            stage: stage.to_string(),
-        })
+        Entities::from_entities(entities, None).map_err(|x| e(&x))
     }
 
-    /// The decision, and whether some policy could not be evaluated (it needed a
-    /// value the request lacks).
+    /// The decision, and whether some policy could not be evaluated: from the cache
+    /// when this exact question was asked before, else from Cedar. The key holds
+    /// everything a decision reads — the principal's facts (without the task's id
+    /// unless a policy names a task), the tool, the approval and the arguments —
+    /// so a cached answer is the one Cedar would give.
     fn decide(
         &self,
         principal: &Principal,
@@ -284,7 +336,42 @@ impl Authorization {
         arguments: &Value,
         approval: Approval,
     ) -> Result<(AuthzDecision, bool), String> {
+        // The principal's key is JSON and the tool and approval plain names: the NULs
+        // separate them unambiguously, and the arguments' JSON ends the key.
+        let key = format!(
+            "{}\0{}\0{}\0{}",
+            principal.key,
+            tool.name,
+            approval.as_str(),
+            arguments
+        );
+        if let Some(hit) = self.decisions.lock().expect("decision cache").get(&key) {
+            return Ok(hit.clone());
+        }
+        let decided = self.evaluate(principal, tool, arguments, approval)?;
+        let mut cache = self.decisions.lock().expect("decision cache");
+        if cache.len() >= DECISIONS_KEPT {
+            cache.clear();
+        }
+        cache.insert(key, decided.clone());
+        Ok(decided)
+    }
+
+    /// Cedar's decision, and whether some policy could not be evaluated (it needed a
+    /// value the request lacks).
+    fn evaluate(
+        &self,
+        principal: &Principal,
+        tool: &ToolContract,
+        arguments: &Value,
+        approval: Approval,
+    ) -> Result<(AuthzDecision, bool), String> {
         let e = |e: &dyn std::fmt::Display| e.to_string();
+        let entities = principal
+            .entities
+            .get_or_init(|| self.entities(principal))
+            .as_ref()
+            .map_err(Clone::clone)?;
         let action =
             EntityUid::from_type_name_and_id(self.types.action.clone(), EntityId::new(tool.name));
         let stage = &principal.stage;
@@ -322,16 +409,18 @@ impl Authorization {
         .map_err(|x| e(&x))?;
         let response = self
             .authorizer
-            .is_authorized(&request, &self.policies, &principal.entities);
+            .is_authorized(&request, &self.policies, entities);
         let undecided = response.diagnostics().errors().next().is_some();
         if response.decision() == Decision::Allow {
             return Ok((AuthzDecision::Allow, undecided));
         }
-        let determining: Vec<String> = response
+        let mut determining: Vec<String> = response
             .diagnostics()
             .reason()
             .map(|p| p.to_string())
             .collect();
+        // Cedar reports them in no fixed order; ledger and audit name them sorted.
+        determining.sort_unstable();
         let reason = self
             .deny_priority
             .iter()
@@ -370,7 +459,11 @@ impl Approval {
 
 /// A run's principal and its surroundings as Cedar entities, built once per run.
 pub struct Principal {
-    entities: Entities,
+    /// Everything about the run a decision can read, as one string.
+    key: String,
+    entities: OnceLock<Result<Entities, String>>,
+    spec: RunSpec,
+    tools: Vec<ToolContract>,
     task: EntityUid,
     resource: EntityUid,
     resource_id: String,

@@ -850,3 +850,92 @@ async fn an_answer_citing_nothing_is_rejected_when_the_contract_requires_evidenc
     assert_eq!(out.status, "needs_human");
     assert_eq!(out.stop_reason.as_deref(), Some("EVIDENCE_NOT_OBSERVED"));
 }
+
+#[test]
+fn a_cached_decision_is_the_one_a_fresh_evaluation_gives() {
+    use caseops_runtime::authorization::Approval;
+    // One engine answers every question twice (the second from its cache); a fresh
+    // engine per question answers it from Cedar alone.
+    let warm = engine();
+    let all_scopes: Vec<String> = Bundle::TOOLS
+        .iter()
+        .map(|t| t.required_scope.to_string())
+        .collect();
+    let mut specs = Vec::new();
+    for (i, (tenant, scopes)) in [
+        ("tenant-demo", all_scopes.clone()),
+        ("tenant-demo", vec!["case:read".to_string()]),
+        ("tenant-other", all_scopes.clone()),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        for stage in ["investigating", "closing"] {
+            let mut s = spec(&format!("cache-{i}-{stage}"));
+            s.tenant_id = tenant.into();
+            s.scopes = scopes.clone();
+            s.catalog = Bundle::CATALOG.iter().map(|c| c.to_string()).collect();
+            specs.push((s, stage));
+        }
+    }
+    let mut asked = 0;
+    for (s, stage) in &specs {
+        let p = warm
+            .authorization()
+            .principal(s, stage, Bundle::TOOLS)
+            .unwrap();
+        // Every question put to it is a new one, so each answer is Cedar's.
+        let cold = engine();
+        let cold_p = cold
+            .authorization()
+            .principal(s, stage, Bundle::TOOLS)
+            .unwrap();
+        for tool in Bundle::TOOLS {
+            for case in ["C-102", "C-999"] {
+                let args = json!({"case_id": case, "document_id": "DOC-C102-003", "document_codes": ["ACCIDENT_CERTIFICATE"], "reason": "missing"});
+                for approval in [Approval::None, Approval::Approved] {
+                    let expected = cold
+                        .authorization()
+                        .authorize_with(&cold_p, tool, &args, approval);
+                    for _ in 0..2 {
+                        let got = warm
+                            .authorization()
+                            .authorize_with(&p, tool, &args, approval);
+                        assert_eq!(
+                            got, expected,
+                            "{} {stage} {} {case} {approval:?}",
+                            s.tenant_id, tool.name
+                        );
+                    }
+                    asked += 1;
+                }
+            }
+            assert_eq!(
+                warm.authorization().may_call(&p, tool),
+                cold.authorization().may_call(&cold_p, tool),
+                "{} {stage} {}",
+                s.tenant_id,
+                tool.name
+            );
+        }
+    }
+    assert!(asked > 100);
+    // Another task with the same facts gets the same answers (and may share them).
+    let (s, stage) = &specs[0];
+    let mut other_task = s.clone();
+    other_task.task_id = "task-another".into();
+    let a = warm
+        .authorization()
+        .principal(s, stage, Bundle::TOOLS)
+        .unwrap();
+    let b = warm
+        .authorization()
+        .principal(&other_task, stage, Bundle::TOOLS)
+        .unwrap();
+    let tool = Bundle::tool("caseops_get_case_snapshot").unwrap();
+    let args = json!({"case_id": "C-102"});
+    assert_eq!(
+        warm.authorization().authorize_as(&a, tool, &args),
+        warm.authorization().authorize_as(&b, tool, &args)
+    );
+}

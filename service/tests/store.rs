@@ -423,23 +423,28 @@ async fn count(db: &Db, sql: &str) -> i64 {
         .unwrap()
 }
 
+/// Run `run_id` on `url` until its process stops mid-run (at the fourth commit).
+async fn stopped_mid_run(url: &str, run_id: &str) -> (Db, SqlRunStore, Direct) {
+    let (db, store, direct) = setup(url).await;
+    store
+        .allocate(&new_run(run_id, &format!("{run_id}-key"), "h"))
+        .await
+        .unwrap();
+    let dying = DiesAt(&store, 3, Default::default());
+    let started = Engine::<Bundle>::new()
+        .unwrap()
+        .start(spec(run_id), &ConformancePlanner, &direct, &dying)
+        .await;
+    assert!(started.is_err(), "the run stopped mid-way");
+    (db, store, direct)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn only_the_newest_snapshot_is_stored_and_none_once_the_run_has_ended() {
     for (backend, url) in fresh_databases("snapshots").await {
-        let (db, store, direct) = setup(&url).await;
-        store
-            .allocate(&new_run("r10", "snapshot-key-1", "h"))
-            .await
-            .unwrap();
-        let engine = Engine::<Bundle>::new().unwrap();
         // Stopped mid-run: a snapshot on the run's row only.
-        let dying = DiesAt(&store, 3, Default::default());
-        assert!(
-            engine
-                .start(spec("r10"), &ConformancePlanner, &direct, &dying)
-                .await
-                .is_err()
-        );
+        let (db, store, direct) = stopped_mid_run(&url, "r10").await;
+        let engine = Engine::<Bundle>::new().unwrap();
         let on_row = "SELECT COUNT(*) AS n FROM runs WHERE run_id = 'r10' AND snapshot IS NOT NULL";
         let in_checkpoints =
             "SELECT COUNT(*) AS n FROM checkpoints WHERE run_id = 'r10' AND snapshot IS NOT NULL";
@@ -462,19 +467,8 @@ async fn only_the_newest_snapshot_is_stored_and_none_once_the_run_has_ended() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_run_checkpointed_before_snapshots_moved_to_its_row_still_resumes() {
     for (backend, url) in fresh_databases("legacy_snapshot").await {
-        let (db, store, direct) = setup(&url).await;
-        store
-            .allocate(&new_run("r11", "legacy-key-1", "h"))
-            .await
-            .unwrap();
+        let (db, store, direct) = stopped_mid_run(&url, "r11").await;
         let engine = Engine::<Bundle>::new().unwrap();
-        let dying = DiesAt(&store, 3, Default::default());
-        assert!(
-            engine
-                .start(spec("r11"), &ConformancePlanner, &direct, &dying)
-                .await
-                .is_err()
-        );
         // As an older version wrote it: the snapshot in the last checkpoint.
         db.execute(
             "UPDATE checkpoints SET snapshot = (SELECT snapshot FROM runs WHERE run_id = 'r11') \

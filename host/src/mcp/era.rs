@@ -13,8 +13,11 @@ use super::jsonrpc;
 pub const STATELESS_VERSIONS: &[&str] = &["2026-07-28"];
 /// Versions negotiated by the `initialize` handshake, newest first.
 pub const HANDSHAKE_VERSIONS: &[&str] = &["2025-11-25", "2025-06-18", "2025-03-26"];
-/// Every version this server speaks, as `server/discover` lists them.
-pub const ALL_VERSIONS: &[&str] = &["2026-07-28", "2025-11-25", "2025-06-18", "2025-03-26"];
+
+/// Every version this server speaks, newest first, as `server/discover` lists them.
+pub fn all_versions() -> impl Iterator<Item = &'static str> {
+    STATELESS_VERSIONS.iter().chain(HANDSHAKE_VERSIONS).copied()
+}
 
 pub const PROTOCOL_VERSION_KEY: &str = "io.modelcontextprotocol/protocolVersion";
 pub const CLIENT_CAPABILITIES_KEY: &str = "io.modelcontextprotocol/clientCapabilities";

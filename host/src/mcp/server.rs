@@ -25,7 +25,7 @@ use super::jsonrpc::{self, Incoming};
 use super::token::{TaskClaims, TokenError, TokenVerifier};
 
 /// The newest version the `initialize` handshake negotiates.
-pub const LATEST_VERSION: &str = "2025-11-25";
+pub const LATEST_VERSION: &str = HANDSHAKE_VERSIONS[0];
 pub const METADATA_PATH: &str = "/.well-known/oauth-protected-resource/mcp";
 
 /// Where the server lives and whom it lets in.
@@ -757,7 +757,7 @@ async fn stateless<B: ContractBundle, D: ToolDispatch + 'static>(
     };
     let result = match method {
         "server/discover" => Ok(json!({
-            "supportedVersions": era::ALL_VERSIONS,
+            "supportedVersions": era::all_versions().collect::<Vec<_>>(),
             "capabilities": { "tools": { "listChanged": false } },
             "instructions": instructions::<B>(),
             "resultType": "complete",

@@ -767,16 +767,14 @@ impl SqlRunStore {
             .last()
             .filter(|cp| !cp.snapshot.is_null())
             .map(|cp| cp.snapshot.to_string());
-        let sql = match batch.outcome {
-            Some(_) => {
-                "UPDATE runs SET state = ?, status = ?, step_count = ?, final_result = ?, provenance = ?, stop_reason = ?, updated_at = ?, lease_owner = ?, lease_expires_at = ?, snapshot = NULL \
-             WHERE run_id = ? AND lease_owner = ? AND status = 'running'"
-            }
-            None => {
-                "UPDATE runs SET state = ?, status = ?, step_count = ?, final_result = ?, provenance = ?, stop_reason = ?, updated_at = ?, lease_owner = ?, lease_expires_at = ?, snapshot = COALESCE(?, snapshot) \
-             WHERE run_id = ? AND lease_owner = ? AND status = 'running'"
-            }
+        let snapshot_set = match batch.outcome {
+            Some(_) => "NULL",
+            None => "COALESCE(?, snapshot)",
         };
+        let sql = format!(
+            "UPDATE runs SET state = ?, status = ?, step_count = ?, final_result = ?, provenance = ?, stop_reason = ?, updated_at = ?, lease_owner = ?, lease_expires_at = ?, snapshot = {snapshot_set} \
+             WHERE run_id = ? AND lease_owner = ? AND status = 'running'"
+        );
         let mut values = Vec::from(params![
             &batch.state,
             &status,
@@ -811,23 +809,21 @@ impl SqlRunStore {
         if !batch.checkpoints.is_empty() {
             // One statement for the batch's checkpoints; the primary key
             // (run_id, sequence) still refuses a duplicated sequence.
-            let tuples = vec!["(?, ?, ?, ?, ?, ?, ?)"; batch.checkpoints.len()].join(", ");
-            let mut values = Vec::with_capacity(batch.checkpoints.len() * 7);
+            // Their snapshot goes to the run's row (see `fence`).
+            let tuples = vec!["(?, ?, ?, ?, ?, ?)"; batch.checkpoints.len()].join(", ");
+            let mut values = Vec::with_capacity(batch.checkpoints.len() * 6);
             for cp in &batch.checkpoints {
-                // The snapshot goes to the run's row (see `fence`).
-                let snapshot: Option<String> = None;
                 values.extend(params![
                     &cp.run_id,
                     cp.sequence as i64,
                     &cp.from,
                     &cp.to,
                     cp.at_ms as i64,
-                    cp.reason.clone(),
-                    snapshot
+                    cp.reason.clone()
                 ]);
             }
             parts.push(Statement::new(
-                format!("INSERT INTO checkpoints (run_id, sequence, from_state, to_state, at_ms, reason, snapshot) \
+                format!("INSERT INTO checkpoints (run_id, sequence, from_state, to_state, at_ms, reason) \
                          SELECT * FROM (VALUES {tuples}) AS v WHERE {gate}"),
                 values,
             ));

@@ -248,3 +248,20 @@ fn a_port_in_use_names_its_option_and_creates_no_database() {
     assert!(left.is_empty(), "no database was created: {left:?}");
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+#[test]
+fn an_unknown_mcp_era_names_the_flag_and_the_eras_there_are() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = caseops(dir.path(), &["serve", "--mcp-era", "2024-01-01"]);
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("--mcp-era"), "{err}");
+    assert!(
+        err.contains("`2024-01-01` is no MCP era: use `auto`, `2026-07-28` or `2025-11-25`"),
+        "{err}"
+    );
+    assert!(
+        std::fs::read_dir(dir.path()).unwrap().next().is_none(),
+        "nothing created"
+    );
+}

@@ -33,6 +33,11 @@ pub fn risk_group(risk: Risk) -> &'static str {
 
 /// The Cedar JSON schema for the agent and its tools, in a stable order.
 pub fn schema_json(agent: &AgentContract, tools: &[ToolContract]) -> Value {
+    schema_json_of(agent, tools.iter().collect())
+}
+
+/// The schema with only `tools` among the actions (the risk groups are always there).
+pub fn schema_json_of(agent: &AgentContract, mut sorted: Vec<&ToolContract>) -> Value {
     let resource = agent.resource.kind.value.as_str();
     let string = || json!({ "type": "String" });
     let set_of_strings = || json!({ "type": "Set", "element": { "type": "String" } });
@@ -68,7 +73,6 @@ pub fn schema_json(agent: &AgentContract, tools: &[ToolContract]) -> Value {
     for group in ["ReadOnly", "ReversibleWrite", "IrreversibleWrite"] {
         actions.insert(group.into(), json!({}));
     }
-    let mut sorted: Vec<&ToolContract> = tools.iter().collect();
     sorted.sort_by(|a, b| a.name.value.cmp(&b.name.value));
     for tool in sorted {
         let mut args = Map::new();

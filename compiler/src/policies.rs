@@ -26,7 +26,11 @@ pub const POLICY_DIR: &str = "policies/";
 
 /// The validated policies of a project with the place each policy came from.
 pub struct Policies {
-    pub schema: Schema,
+    /// The schema's entity types without its actions: what entities are checked
+    /// against. Parsing the whole schema costs a second with 10,000 tools, and a
+    /// check needs it only for the authorization scenarios (see [`Policies::schema`]).
+    entity_schema: Schema,
+    schema: std::sync::OnceLock<Result<Schema, String>>,
     pub schema_json: serde_json::Value,
     pub set: PolicySet,
     /// `@id` → (file, span of the policy text).
@@ -51,20 +55,24 @@ pub fn check_policies(
         return None;
     }
     let schema_json = cedar_schema::schema_json(agent, &project.tools);
-    let schema = match Schema::from_json_value(schema_json.clone()) {
-        Ok(s) => s,
-        Err(e) => {
-            diags.push(
-                Diagnostic::unlocated(
-                    Code::CedarSchemaInvalid,
-                    Some(agent.file),
-                    format!("the cedar schema generated from the contracts is invalid: {e}"),
-                )
-                .help("this is a compiler bug; please report it with the contracts that cause it"),
-            );
-            return None;
-        }
+    let schema_invalid = |diags: &mut Diagnostics, e: &dyn std::fmt::Display| {
+        diags.push(
+            Diagnostic::unlocated(
+                Code::CedarSchemaInvalid,
+                Some(agent.file),
+                format!("the cedar schema generated from the contracts is invalid: {e}"),
+            )
+            .help("this is a compiler bug; please report it with the contracts that cause it"),
+        );
     };
+    let entity_schema =
+        match Schema::from_json_value(cedar_schema::schema_json_of(agent, Vec::new())) {
+            Ok(s) => s,
+            Err(e) => {
+                schema_invalid(diags, &e);
+                return None;
+            }
+        };
 
     let files = sources.under(POLICY_DIR);
     let files: Vec<FileId> = files
@@ -203,8 +211,22 @@ pub fn check_policies(
         return None;
     }
 
-    let result = Validator::new(schema.clone()).validate(&merged, ValidationMode::Strict);
-    for e in result.validation_errors() {
+    let schema = std::sync::OnceLock::new();
+    let whole_schema = || {
+        schema
+            .get_or_init(|| Schema::from_json_value(schema_json.clone()).map_err(|e| e.to_string()))
+            .as_ref()
+    };
+    let results = match validate_by_action(whole_schema, &merged, agent, &project.tools) {
+        Ok(results) => results,
+        Err(e) => {
+            schema_invalid(diags, &e);
+            return None;
+        }
+    };
+    let mut failed = false;
+    for e in results.iter().flat_map(|r| r.validation_errors()) {
+        failed = true;
         let Some((file, _)) = origin.get(e.policy_id().to_string().as_str()) else {
             continue;
         };
@@ -218,7 +240,7 @@ pub fn check_policies(
         ));
     }
     let mut warned = std::collections::BTreeSet::new();
-    for w in result.validation_warnings() {
+    for w in results.iter().flat_map(|r| r.validation_warnings()) {
         let Some((file, _)) = origin.get(w.policy_id().to_string().as_str()) else {
             continue;
         };
@@ -232,17 +254,114 @@ pub fn check_policies(
             "policy warning",
         ));
     }
-    if result.validation_errors().next().is_some() || !annotations_ok {
+    if failed || !annotations_ok {
         return None;
     }
     Some(Policies {
         warned,
+        entity_schema,
         schema,
         schema_json,
         set: merged,
         origin,
         texts,
     })
+}
+
+impl Policies {
+    /// The whole schema, parsed on first use.
+    pub fn schema(&self) -> Result<&Schema, String> {
+        self.schema
+            .get_or_init(|| {
+                Schema::from_json_value(self.schema_json.clone()).map_err(|e| e.to_string())
+            })
+            .as_ref()
+            .map_err(String::clone)
+    }
+}
+
+/// How many tools' actions one partial schema holds in [`validate_by_action`].
+const VALIDATION_CHUNK: usize = 8;
+
+/// Cedar's strict validation of `set`, with what it reports for the whole `schema`,
+/// in time that grows with the number of policies rather than policies × actions.
+///
+/// Cedar type-checks each policy in every request environment of the schema whose
+/// action its scope admits, and finds those by walking all of them; with 10,000
+/// tools that walk is most of the work. A policy scoped `action == A` is checked in
+/// A's environments only, so it is validated against a schema that holds A (and the
+/// same entity types) among a few dozen other actions. A chunk whose partial check is
+/// not spotless is validated again against the whole schema, and that answer is the
+/// one reported: an error or warning is always worded as the whole schema words it.
+/// Policies with another action scope are validated against the whole schema.
+fn validate_by_action<'s>(
+    schema: impl Fn() -> Result<&'s Schema, &'s String>,
+    set: &PolicySet,
+    agent: &crate::agent::AgentContract,
+    tools: &[crate::tool::ToolContract],
+) -> Result<Vec<cedar_policy::ValidationResult>, String> {
+    // Parsed only if some policy needs it: with 10,000 tools that takes a second.
+    let full = std::cell::OnceCell::new();
+    let full = || -> Result<&Validator, String> {
+        if let Some(v) = full.get() {
+            return Ok(v);
+        }
+        let v = Validator::new(schema().map_err(String::clone)?.clone());
+        Ok(full.get_or_init(|| v))
+    };
+    let by_name: BTreeMap<&str, &crate::tool::ToolContract> =
+        tools.iter().map(|t| (t.name.value.as_str(), t)).collect();
+    let action_type = format!("{NAMESPACE}::Action");
+    let mut scoped: BTreeMap<&str, Vec<cedar_policy::Policy>> = BTreeMap::new();
+    let mut elsewhere = Vec::new();
+    for policy in set.policies() {
+        let tool = match policy.action_constraint() {
+            cedar_policy::ActionConstraint::Eq(uid)
+                if uid.type_name().to_string() == action_type =>
+            {
+                by_name
+                    .get_key_value(uid.id().unescaped())
+                    .map(|(name, _)| *name)
+            }
+            _ => None,
+        };
+        match tool {
+            Some(name) => scoped.entry(name).or_default().push(policy.clone()),
+            None => elsewhere.push(policy.clone()),
+        }
+    }
+    let mut results = Vec::new();
+    let names: Vec<&str> = scoped.keys().copied().collect();
+    for chunk in names.chunks(VALIDATION_CHUNK) {
+        let policies: Vec<cedar_policy::Policy> = chunk
+            .iter()
+            .flat_map(|n| scoped[n].iter().cloned())
+            .collect();
+        let partial = Schema::from_json_value(cedar_schema::schema_json_of(
+            agent,
+            chunk.iter().map(|n| by_name[n]).collect(),
+        ));
+        let part = PolicySet::from_policies(policies.clone());
+        match (partial, part) {
+            (Ok(partial), Ok(part)) => {
+                let r = Validator::new(partial).validate(&part, ValidationMode::Strict);
+                if r.validation_passed_without_warnings() {
+                    results.push(r);
+                } else {
+                    results.push(full()?.validate(&part, ValidationMode::Strict));
+                }
+            }
+            // Cedar refusing a part of a set it accepted whole: ask it about the whole.
+            _ => elsewhere.extend(policies),
+        }
+    }
+    if !elsewhere.is_empty() {
+        match PolicySet::from_policies(elsewhere) {
+            Ok(rest) => results.push(full()?.validate(&rest, ValidationMode::Strict)),
+            Err(_) => results = vec![full()?.validate(set, ValidationMode::Strict)],
+        }
+    }
+    Ok(results)
 }
 
 /// The Cedar schema in Cedar's own schema syntax, printed by Cedar from the JSON form.
@@ -370,8 +489,17 @@ pub fn evaluate(
     deny_reasons: &[String],
     req: &ScenarioRequest,
 ) -> Result<(Outcome, Vec<String>), String> {
-    evaluate_as(policies, resource_type, deny_reasons, req, true)
-        .map(|e| (e.outcome, e.determining))
+    let entities = request_entities(policies, resource_type, req)?;
+    evaluate_among(
+        policies,
+        &policies.set,
+        &entities,
+        resource_type,
+        deny_reasons,
+        req,
+        true,
+    )
+    .map(|e| (e.outcome, e.determining))
 }
 
 /// One evaluation, and whether some policy could not be evaluated.
@@ -382,31 +510,45 @@ pub struct Evaluation {
     pub undecided: bool,
 }
 
-/// Evaluates a request whose context may lack arguments (the runtime's question
-/// before a model has proposed any): the context is not checked against the schema,
-/// and a policy that reads a missing argument is reported as undecided.
-pub fn evaluate_without_arguments(
-    policies: &Policies,
-    resource_type: &str,
-    deny_reasons: &[String],
-    req: &ScenarioRequest,
-) -> Result<Evaluation, String> {
-    evaluate_as(policies, resource_type, deny_reasons, req, false)
+fn entity_type(name: &str) -> Result<EntityTypeName, String> {
+    EntityTypeName::from_str(&format!("{NAMESPACE}::{name}")).map_err(|e| e.to_string())
 }
 
-fn evaluate_as(
+/// The entities a request reads: its tenant(s), resource(s) and task, and the action
+/// of the tool asked about in its risk group.
+pub fn request_entities(
     policies: &Policies,
     resource_type: &str,
-    deny_reasons: &[String],
     req: &ScenarioRequest,
-    strict: bool,
-) -> Result<Evaluation, String> {
-    let ty = |name: &str| {
-        EntityTypeName::from_str(&format!("{NAMESPACE}::{name}")).map_err(|e| e.to_string())
-    };
-    let uid = |t: &str, id: &str| -> Result<EntityUid, String> {
-        Ok(EntityUid::from_type_name_and_id(ty(t)?, EntityId::new(id)))
-    };
+) -> Result<Entities, String> {
+    with_action(task_entities(policies, resource_type, req)?, req.tool)
+}
+
+/// `entities` with the tool's action entity, a member of its risk group (what
+/// `action in CaseOps::Action::"ReadOnly"` reads).
+pub fn with_action(
+    entities: Entities,
+    tool: &crate::tool::ToolContract,
+) -> Result<Entities, String> {
+    let group = EntityUid::from_type_name_and_id(
+        entity_type("Action")?,
+        EntityId::new(cedar_schema::risk_group(tool.risk.value)),
+    );
+    let action =
+        EntityUid::from_type_name_and_id(entity_type("Action")?, EntityId::new(&tool.name.value));
+    let action = cedar_policy::Entity::new_no_attrs(action, [group].into_iter().collect());
+    entities
+        .add_entities([action], None)
+        .map_err(|e| format!("entities: {e}"))
+}
+
+/// The entities of [`request_entities`] but the action. They depend on the task, not
+/// on the tool asked about, so one set serves every tool's question.
+pub fn task_entities(
+    policies: &Policies,
+    resource_type: &str,
+    req: &ScenarioRequest,
+) -> Result<Entities, String> {
     let tenant_json = |id: &str, catalog: &[String]| {
         serde_json::json!({
             "uid": { "type": format!("{NAMESPACE}::{TENANT_TYPE}"), "id": id },
@@ -444,11 +586,37 @@ fn evaluate_as(
         },
         "parents": [ { "type": format!("{NAMESPACE}::{TENANT_TYPE}"), "id": req.tenant } ],
     }));
-    let entities =
-        Entities::from_json_value(serde_json::Value::Array(entities), Some(&policies.schema))
-            .map_err(|e| format!("entities: {e}"))?;
-    let action =
-        EntityUid::from_type_name_and_id(ty("Action")?, EntityId::new(&req.tool.name.value));
+    Entities::from_json_value(
+        serde_json::Value::Array(entities),
+        Some(&policies.entity_schema),
+    )
+    .map_err(|e| format!("entities: {e}"))
+}
+
+/// Evaluates a request against `set` (all of a project's policies, or the slice of
+/// them that can apply to the request's action) with prebuilt `entities`. Without
+/// `strict` the context may lack arguments (the runtime's question before a model
+/// has proposed any): it is not checked against the schema, and a policy that reads
+/// a missing argument makes the evaluation undecided.
+pub fn evaluate_among(
+    policies: &Policies,
+    set: &PolicySet,
+    entities: &Entities,
+    resource_type: &str,
+    deny_reasons: &[String],
+    req: &ScenarioRequest,
+    strict: bool,
+) -> Result<Evaluation, String> {
+    let uid = |t: &str, id: &str| -> Result<EntityUid, String> {
+        Ok(EntityUid::from_type_name_and_id(
+            entity_type(t)?,
+            EntityId::new(id),
+        ))
+    };
+    let action = EntityUid::from_type_name_and_id(
+        entity_type("Action")?,
+        EntityId::new(&req.tool.name.value),
+    );
     let mut context = serde_json::json!({
         "tool": req.tool.name.value,
         "risk": req.tool.risk.value.as_str(),
@@ -460,8 +628,12 @@ fn evaluate_as(
     for (k, v) in req.context {
         context[k] = v.clone();
     }
-    let context = if strict {
-        Context::from_json_value(context, Some((&policies.schema, &action)))
+    let schema = match strict {
+        true => Some(policies.schema()?),
+        false => None,
+    };
+    let context = if let Some(schema) = schema {
+        Context::from_json_value(context, Some((schema, &action)))
     } else {
         Context::from_json_value(context, None)
     }
@@ -471,10 +643,10 @@ fn evaluate_as(
         action,
         uid(resource_type, req.resource)?,
         context,
-        strict.then_some(&policies.schema),
+        schema,
     )
     .map_err(|e| format!("request: {e}"))?;
-    let response = Authorizer::new().is_authorized(&request, &policies.set, &entities);
+    let response = Authorizer::new().is_authorized(&request, set, entities);
     let undecided = response.diagnostics().errors().next().is_some();
     let determining: Vec<String> = response
         .diagnostics()
@@ -502,4 +674,124 @@ fn evaluate_as(
         determining,
         undecided,
     })
+}
+
+/// The policies that can apply to each action. A policy scoped `action == A` is never
+/// satisfied for any other action, so leaving it out of another action's set changes
+/// no decision, no determining policy and no error: each question then costs what
+/// its own action's policies cost, however many tools the project has.
+pub struct ActionSlices {
+    /// Policies with `action == A`, by `A`'s id.
+    scoped: std::collections::HashMap<String, Vec<cedar_policy::Policy>>,
+    /// Policies with no action constraint or an `in` one: kept in every slice.
+    everywhere: Vec<cedar_policy::Policy>,
+}
+
+impl ActionSlices {
+    pub fn new(set: &PolicySet) -> Self {
+        let mut slices = ActionSlices {
+            scoped: std::collections::HashMap::new(),
+            everywhere: Vec::new(),
+        };
+        for policy in set.policies() {
+            match policy.action_constraint() {
+                cedar_policy::ActionConstraint::Eq(uid) => slices
+                    .scoped
+                    .entry(uid.id().unescaped().to_string())
+                    .or_default()
+                    .push(policy.clone()),
+                _ => slices.everywhere.push(policy.clone()),
+            }
+        }
+        slices
+    }
+
+    /// The policies that can apply to `action` (a tool's name); `None` if Cedar
+    /// refuses the subset, and the caller asks the whole set instead.
+    pub fn for_action(&self, action: &str) -> Option<PolicySet> {
+        let own = self.scoped.get(action).into_iter().flatten();
+        PolicySet::from_policies(self.everywhere.iter().chain(own).cloned()).ok()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Errors and warnings as (policy id, message), sorted: what a check reports.
+    fn findings(results: &[cedar_policy::ValidationResult]) -> Vec<(String, String)> {
+        let mut out: Vec<(String, String)> = results
+            .iter()
+            .flat_map(|r| {
+                r.validation_errors()
+                    .map(|e| (e.policy_id().to_string(), format!("error: {e}")))
+                    .chain(
+                        r.validation_warnings()
+                            .map(|w| (w.policy_id().to_string(), format!("warning: {w}"))),
+                    )
+            })
+            .collect();
+        out.sort();
+        out
+    }
+
+    /// Policies under their `@id`s, as the check names them.
+    fn named(text: &str) -> PolicySet {
+        let mut set = PolicySet::new();
+        for p in PolicySet::from_str(text).unwrap().policies() {
+            let id = PolicyId::new(p.annotation("id").unwrap());
+            set.add(p.new_id(id)).unwrap();
+        }
+        set
+    }
+
+    #[test]
+    fn validating_by_action_reports_what_the_whole_schema_reports() {
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+        let sources = crate::source::load(&root).unwrap();
+        let mut diags = Diagnostics::default();
+        let project = crate::project::check_contracts(&sources, &mut diags);
+        let agent = project.agent.as_ref().unwrap();
+        let text = r#"
+@id("clean") permit (principal is CaseOps::Task, action == CaseOps::Action::"caseops_get_case_snapshot", resource is CaseOps::Case)
+when { resource == principal.resource };
+@id("type-error") permit (principal, action == CaseOps::Action::"caseops_get_case_snapshot", resource)
+when { context.risk == 1 };
+@id("unknown-argument") permit (principal, action == CaseOps::Action::"caseops_resolve_document_alias", resource)
+when { context.arguments.no_such_field == "x" };
+@id("names-another-action") permit (principal, action == CaseOps::Action::"caseops_resolve_document_alias", resource)
+when { action != CaseOps::Action::"caseops_get_case_snapshot" };
+@id("never-true") forbid (principal, action == CaseOps::Action::"caseops_request_missing_documents", resource)
+when { false };
+@id("unknown-action") permit (principal, action == CaseOps::Action::"no_such_tool", resource);
+@id("group") permit (principal, action in CaseOps::Action::"ReadOnly", resource)
+when { context.stage == 2 };
+"#;
+        let set = named(text);
+        let json = cedar_schema::schema_json(agent, &project.tools);
+        let schema = Schema::from_json_value(json).unwrap();
+        let whole = Validator::new(schema.clone()).validate(&set, ValidationMode::Strict);
+        let parsed = std::cell::Cell::new(0);
+        let asked = || {
+            parsed.set(parsed.get() + 1);
+            Ok(&schema)
+        };
+        let by_action = validate_by_action(asked, &set, agent, &project.tools).unwrap();
+        let expected = findings(&[whole]);
+        assert!(
+            expected.iter().any(|(id, _)| id == "type-error")
+                && expected.iter().any(|(id, _)| id == "unknown-argument"),
+            "the set has errors to compare: {expected:?}"
+        );
+        assert!(!expected.iter().any(|(id, _)| id == "clean"));
+        assert_eq!(findings(&by_action), expected);
+        assert_eq!(parsed.get(), 1, "the whole schema is parsed once");
+
+        // Spotless action-scoped policies never need the whole schema.
+        let clean = named(text.split("@id(\"type-error\")").next().unwrap());
+        parsed.set(0);
+        let results = validate_by_action(asked, &clean, agent, &project.tools).unwrap();
+        assert!(findings(&results).is_empty());
+        assert_eq!(parsed.get(), 0);
+    }
 }

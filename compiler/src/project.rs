@@ -227,9 +227,16 @@ fn syntax_error(sources: &Sources, id: FileId, e: yaml::ParseError) -> Diagnosti
 /// Rules that relate the agent, the state machine and the tools to each other.
 fn cross_check(project: &Project, diags: &mut Diagnostics) {
     let tools = &project.outlines;
+    // Name lookups by set and map: projects may declare thousands of tools.
+    let in_catalog: std::collections::HashSet<&str> = project
+        .agent
+        .iter()
+        .flat_map(|a| a.catalog.iter().map(|c| c.value.as_str()))
+        .collect();
+    let mut first_of: std::collections::HashMap<&str, &ToolOutline> = Default::default();
 
-    for (i, tool) in tools.iter().enumerate() {
-        if let Some(first) = tools[..i].iter().find(|t| t.name.value == tool.name.value) {
+    for tool in tools {
+        if let Some(first) = first_of.get(tool.name.value.as_str()).copied() {
             diags.push(
                 Diagnostic::at(
                     Code::DuplicateTool,
@@ -241,6 +248,8 @@ fn cross_check(project: &Project, diags: &mut Diagnostics) {
                 .secondary(first.file, first.name.span.clone(), "first defined here")
                 .help("rename one of the tools or delete the duplicate file"),
             );
+        } else {
+            first_of.insert(&tool.name.value, tool);
         }
     }
 
@@ -332,7 +341,7 @@ fn cross_check(project: &Project, diags: &mut Diagnostics) {
                 .help(format!("set `timeout_seconds: {ceiling}` or raise `tool_timeout_ceiling_seconds`"));
             r.report(d);
         }
-        if !agent.catalog.iter().any(|c| c.value == tool.name.value) {
+        if !in_catalog.contains(tool.name.value.as_str()) {
             let d = r
                 .error(
                     Code::NotInCatalog,
@@ -350,12 +359,13 @@ fn cross_check(project: &Project, diags: &mut Diagnostics) {
     }
 
     let names: Vec<&str> = tools.iter().map(|t| t.name.value.as_str()).collect();
+    let known: std::collections::HashSet<&str> = names.iter().copied().collect();
     let mut r = Reader {
         file: agent.file,
         diags,
     };
     for entry in agent.catalog.iter().filter(|_| !project.tools_unnamed) {
-        if !names.contains(&entry.value.as_str()) {
+        if !known.contains(entry.value.as_str()) {
             let mut d = r
                 .error(
                     Code::UnknownCatalogTool,

@@ -16,7 +16,9 @@ use std::collections::BTreeSet;
 
 use crate::codes::Code;
 use crate::diagnostic::{Diagnostic, Diagnostics};
-use crate::policies::{Outcome, Policies, ScenarioRequest, evaluate_without_arguments};
+use crate::policies::{
+    ActionSlices, Outcome, Policies, ScenarioRequest, evaluate_among, task_entities, with_action,
+};
 use crate::project::Project;
 use crate::tool::ToolContract;
 
@@ -32,6 +34,7 @@ pub fn check(project: &Project, policies: &Policies, diags: &mut Diagnostics) {
     }
     let reasons: Vec<String> = agent.deny_reasons.iter().map(|r| r.value.clone()).collect();
     let catalog: Vec<String> = agent.catalog.iter().map(|c| c.value.clone()).collect();
+    let in_catalog: BTreeSet<&str> = catalog.iter().map(String::as_str).collect();
     let every_scope: Vec<String> = project
         .tools
         .iter()
@@ -41,16 +44,23 @@ pub fn check(project: &Project, policies: &Policies, diags: &mut Diagnostics) {
         .collect();
     let mut applied: BTreeSet<String> = BTreeSet::new();
     let mut undecided_anywhere = false;
+    // Asked once per tool, stage, scope set and approval: each question reads only
+    // its own action's policies, and entities (which no tool changes) are built once
+    // per stage and scope set. Otherwise the check grows with tools × policies.
+    let slices = ActionSlices::new(&policies.set);
+    let mut entities = std::collections::HashMap::new();
     for tool in project
         .tools
         .iter()
-        .filter(|t| catalog.contains(&t.name.value))
+        .filter(|t| in_catalog.contains(t.name.value.as_str()))
     {
         let stages: Vec<String> = match &tool.stages {
             Some(s) => s.iter().map(|s| s.value.clone()).collect(),
             None => agent.stages.iter().map(|s| s.value.clone()).collect(),
         };
         let own_scope = vec![tool.required_scope.value.clone()];
+        let sliced = slices.for_action(&tool.name.value);
+        let set = sliced.as_ref().unwrap_or(&policies.set);
         let mut may_run = false;
         let mut denied_by: BTreeSet<String> = BTreeSet::new();
         // A tool that needs approval must be denied without one and may be permitted
@@ -84,12 +94,23 @@ pub fn check(project: &Project, policies: &Policies, diags: &mut Diagnostics) {
                     arguments: &arguments,
                     context: &context,
                 };
-                let Ok(e) = evaluate_without_arguments(
-                    policies,
-                    &agent.resource.kind.value,
-                    &reasons,
-                    &req,
-                ) else {
+                let known = entities
+                    .entry((stage.clone(), scopes.clone()))
+                    .or_insert_with(|| task_entities(policies, &agent.resource.kind.value, &req));
+                let Some(e) = known.as_ref().ok().and_then(|known| {
+                    // A clone shares the entities themselves (they are reference-counted).
+                    let known = with_action(known.clone(), tool).ok()?;
+                    evaluate_among(
+                        policies,
+                        set,
+                        &known,
+                        &agent.resource.kind.value,
+                        &reasons,
+                        &req,
+                        false,
+                    )
+                    .ok()
+                }) else {
                     // A request we cannot build proves nothing either way.
                     may_run = true;
                     continue;

@@ -229,8 +229,10 @@ impl Reader<'_> {
 
     /// Checks that every name in `list` appears only once, reporting later copies.
     pub fn unique(&mut self, items: &[Sp<String>], what: &str) {
-        for (i, item) in items.iter().enumerate() {
-            if let Some(first) = items[..i].iter().find(|f| f.value == item.value) {
+        // By map, not by scanning the items before each: a catalog may list thousands.
+        let mut seen: std::collections::HashMap<&str, &Sp<String>> = Default::default();
+        for item in items {
+            if let Some(first) = seen.get(item.value.as_str()).copied() {
                 let d = self
                     .error(
                         Code::DeclaredTwice,
@@ -241,6 +243,8 @@ impl Reader<'_> {
                     .secondary(self.file, first.span.clone(), "first listed here")
                     .help("remove the second entry");
                 self.report(d);
+            } else {
+                seen.insert(&item.value, item);
             }
         }
     }

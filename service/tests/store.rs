@@ -810,3 +810,58 @@ async fn a_write_run_writes_started_effect_and_finished_events_each_matching_its
         );
     }
 }
+
+/// PostgreSQL connections are reused without a round trip to test them, so one
+/// that a caller gave up on mid-statement, or left inside a transaction, must never
+/// serve the next statement. One connection, so any reuse would show.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_connection_given_up_mid_statement_or_mid_transaction_is_not_reused() {
+    let databases = fresh_databases("lease").await;
+    let Some(url) = databases.postgres() else {
+        return;
+    };
+    let db = Db::connect(url, 1, &caseops_service::reference::SCHEMA)
+        .await
+        .unwrap();
+    let slow = db.fetch_all("SELECT pg_sleep(5) AS slept", &[]);
+    assert!(
+        tokio::time::timeout(Duration::from_millis(200), slow)
+            .await
+            .is_err(),
+        "the sleep was given up"
+    );
+    // On the same connection this would wait for the sleep, or read its row.
+    let answer = tokio::time::timeout(Duration::from_secs(3), db.fetch_all("SELECT 7 AS v", &[]))
+        .await
+        .expect("the next statement does not wait for the abandoned one")
+        .unwrap();
+    assert_eq!(answer[0].get::<i64>("v").unwrap(), 7);
+
+    db.execute("CREATE TABLE lease_probe (v BIGINT)", &[])
+        .await
+        .unwrap();
+    let mut tx = db.begin_lazy_write().await.unwrap();
+    tx.execute("INSERT INTO lease_probe VALUES (1)", &[])
+        .await
+        .unwrap();
+    drop(tx);
+    // Not inside the dropped transaction: its row is gone, and this insert stays.
+    db.execute("INSERT INTO lease_probe VALUES (2)", &[])
+        .await
+        .unwrap();
+    let rows = db
+        .fetch_all("SELECT v FROM lease_probe ORDER BY v", &[])
+        .await
+        .unwrap();
+    let values: Vec<i64> = rows.iter().map(|r| r.get("v").unwrap()).collect();
+    assert_eq!(values, vec![2]);
+
+    // A statement the server refused leaves the connection usable.
+    assert!(
+        db.execute("INSERT INTO no_such_table VALUES (1)", &[])
+            .await
+            .is_err()
+    );
+    let answer = db.fetch_all("SELECT 8 AS v", &[]).await.unwrap();
+    assert_eq!(answer[0].get::<i64>("v").unwrap(), 8);
+}

@@ -375,7 +375,10 @@ impl Db {
                 }
                 Err(e) => return Err(connect_error(postgres_hint(&e.to_string()))),
             };
-            (Dialect::Postgres, Backend::Postgres(pool))
+            (
+                Dialect::Postgres,
+                Backend::Postgres(sql::Pg::new(pool, max_connections)),
+            )
         } else if let Some(rest) = url.strip_prefix("sqlite:") {
             let path = sqlite_path(rest);
             if path.is_empty() || path == ":memory:" {
@@ -405,11 +408,11 @@ impl Db {
     pub async fn migrate(&self) -> Result<(), DbError> {
         let fail = |e: &dyn std::fmt::Display| DbError::Migrate(e.to_string());
         match &*self.backend {
-            Backend::Postgres(pool) => {
+            Backend::Postgres(pg) => {
                 let migrator = Migrator::new(Embedded(self.schema))
                     .await
                     .map_err(|e| fail(&e))?;
-                migrator.run(pool).await.map_err(|e| fail(&e))
+                migrator.run(&pg.pool).await.map_err(|e| fail(&e))
             }
             Backend::Sqlite(s) => {
                 let mut conn = s.writer().await;

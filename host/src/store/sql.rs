@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use rusqlite::types::{ToSqlOutput, Value as SqliteValue, ValueRef};
-use sqlx::{AnyPool, Column, Row as _};
+use sqlx::{Column, Row as _};
 use tokio::sync::{Mutex, OwnedMutexGuard};
 
 use super::DbError;
@@ -371,6 +371,123 @@ fn pg_row(row: &sqlx::any::AnyRow) -> Row {
     Row { names, cells }
 }
 
+/// PostgreSQL connections, leased one statement or transaction at a time.
+///
+/// sqlx's pool sends a `Sync` and waits for the answer whenever a connection goes
+/// back to it, to find connections a cancelled statement left mid-protocol: one more
+/// round trip for every statement, nearly half of a run's. Here a lease knows
+/// whether its work finished (`clean`); an unfinished one (its future dropped, or an
+/// error) closes its connection instead of returning it, and a finished one goes
+/// back as it is. sqlx's pool still opens the connections (with their settings)
+/// and runs the migrations.
+#[derive(Debug)]
+pub(crate) struct Pg {
+    pub(crate) pool: sqlx::AnyPool,
+    idle: std::sync::Mutex<Vec<sqlx::AnyConnection>>,
+    /// Leased plus idle connections never exceed its permits.
+    permits: Arc<tokio::sync::Semaphore>,
+}
+
+/// How long a statement waits for a connection when all are leased.
+const ACQUIRE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
+
+impl Pg {
+    pub(crate) fn new(pool: sqlx::AnyPool, max_connections: u32) -> Arc<Self> {
+        Arc::new(Pg {
+            pool,
+            idle: Default::default(),
+            permits: Arc::new(tokio::sync::Semaphore::new(max_connections.max(1) as usize)),
+        })
+    }
+
+    async fn lease(self: &Arc<Self>) -> Result<Lease, DbError> {
+        let permit = tokio::time::timeout(ACQUIRE_TIMEOUT, self.permits.clone().acquire_owned())
+            .await
+            .map_err(|_| DbError::Query(sqlx::Error::PoolTimedOut))?
+            .map_err(|_| DbError::Query(sqlx::Error::PoolClosed))?;
+        let idle = self.idle.lock().unwrap_or_else(|e| e.into_inner()).pop();
+        let conn = match idle {
+            Some(conn) => conn,
+            // A new connection through sqlx's pool (its `after_connect` settings),
+            // then taken out of it: this lease's permit is what counts it.
+            None => self.pool.acquire().await?.detach(),
+        };
+        Ok(Lease {
+            conn: Some(conn),
+            clean: false,
+            home: self.clone(),
+            _permit: permit,
+        })
+    }
+}
+
+/// One connection, leased; see [`Pg`].
+pub(crate) struct Lease {
+    conn: Option<sqlx::AnyConnection>,
+    /// Set once the lease's work finished: only then may the connection be reused.
+    clean: bool,
+    home: Arc<Pg>,
+    _permit: tokio::sync::OwnedSemaphorePermit,
+}
+
+impl Lease {
+    /// Runs `work` on the connection; the lease is clean again only if it finished
+    /// without an error.
+    async fn run<T, F>(&mut self, work: F) -> Result<T, DbError>
+    where
+        F: for<'c> FnOnce(
+            &'c mut sqlx::AnyConnection,
+        ) -> futures_util::future::BoxFuture<'c, Result<T, sqlx::Error>>,
+    {
+        self.clean = false;
+        let conn = self
+            .conn
+            .as_mut()
+            .ok_or(DbError::Query(sqlx::Error::PoolClosed))?;
+        let out = work(conn).await;
+        // An error the server answered (a constraint, say) leaves the connection
+        // ready for the next statement; any other may have left it mid-message.
+        self.clean = matches!(&out, Ok(_) | Err(sqlx::Error::Database(_)));
+        Ok(out?)
+    }
+}
+
+impl Drop for Lease {
+    fn drop(&mut self) {
+        if let Some(conn) = self.conn.take()
+            && self.clean
+        {
+            self.home
+                .idle
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .push(conn);
+        }
+        // Otherwise the connection is dropped here, which closes its socket: the
+        // server ends the session and rolls back whatever it had begun.
+    }
+}
+
+impl std::fmt::Debug for Lease {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Lease").field("clean", &self.clean).finish()
+    }
+}
+
+async fn pg_fetch(lease: &mut Lease, sql: &str, params: &[Param]) -> Result<Vec<Row>, DbError> {
+    let query = pg_query(sql, params);
+    let rows = lease.run(|c| Box::pin(query.fetch_all(c))).await?;
+    Ok(rows.iter().map(pg_row).collect())
+}
+
+async fn pg_execute(lease: &mut Lease, sql: &str, params: &[Param]) -> Result<u64, DbError> {
+    let query = pg_query(sql, params);
+    Ok(lease
+        .run(|c| Box::pin(query.execute(c)))
+        .await?
+        .rows_affected())
+}
+
 /// Where a statement runs.
 #[derive(Debug)]
 pub(crate) enum Backend {
@@ -380,17 +497,12 @@ pub(crate) enum Backend {
     /// the disk a moment after it returns. Everything that must survive a crash of
     /// the database (terminal runs, commits before writes, seeded reference data)
     /// is written in a flushed transaction, which also flushes all before it.
-    Postgres(AnyPool),
+    Postgres(Arc<Pg>),
 }
 
-/// Runs a statement on the pool and reads every row it returns.
-async fn pg_rows(pool: &AnyPool, sql: &str, params: &[Param]) -> Result<Vec<Row>, DbError> {
-    Ok(pg_query(sql, params)
-        .fetch_all(pool)
-        .await?
-        .iter()
-        .map(pg_row)
-        .collect())
+/// Runs a statement on a leased connection and reads every row it returns.
+async fn pg_rows(pg: &Arc<Pg>, sql: &str, params: &[Param]) -> Result<Vec<Row>, DbError> {
+    pg_fetch(&mut pg.lease().await?, sql, params).await
 }
 
 impl Backend {
@@ -398,7 +510,7 @@ impl Backend {
         sent(1);
         match self {
             Backend::Sqlite(s) => Ok(sqlite_rows(&*s.reader().await, sql, params)?),
-            Backend::Postgres(pool) => pg_rows(pool, sql, params).await,
+            Backend::Postgres(pg) => pg_rows(pg, sql, params).await,
         }
     }
 
@@ -406,9 +518,7 @@ impl Backend {
         sent(1);
         match self {
             Backend::Sqlite(s) => Ok(sqlite_execute(&*s.writer().await, sql, params)?),
-            Backend::Postgres(pool) => {
-                Ok(pg_query(sql, params).execute(pool).await?.rows_affected())
-            }
+            Backend::Postgres(pg) => pg_execute(&mut pg.lease().await?, sql, params).await,
         }
     }
 
@@ -422,7 +532,7 @@ impl Backend {
         sent(1);
         match self {
             Backend::Sqlite(s) => Ok(sqlite_rows(&*s.writer().await, sql, params)?),
-            Backend::Postgres(pool) => pg_rows(pool, sql, params).await,
+            Backend::Postgres(pg) => pg_rows(pg, sql, params).await,
         }
     }
 
@@ -436,26 +546,22 @@ impl Backend {
                 conn.execute_batch("BEGIN IMMEDIATE")?;
                 Ok(Tx(TxInner::Sqlite(SqliteTx { conn, open: true })))
             }
-            Backend::Postgres(pool) => {
-                // A future dropped between sending BEGIN and sqlx recording it would
-                // hand a connection that is inside a transaction back to the pool,
-                // where every later statement joins it. So BEGIN runs in a task that
-                // nobody can cancel; if its caller is gone, the transaction it
-                // returns is dropped, and sqlx rolls it back before reuse.
-                let pool = pool.clone();
-                let begun = tokio::spawn(async move {
-                    if lazy {
-                        // Connections default to lazy commits (see `Backend::Postgres`).
-                        pool.begin().await
-                    } else {
-                        // A flushed transaction says so in its BEGIN (one simple query).
-                        pool.begin_with("BEGIN; SET LOCAL synchronous_commit = on")
-                            .await
-                    }
-                })
-                .await
-                .map_err(|e| DbError::Task(e.to_string()))??;
-                Ok(Tx(TxInner::Postgres(begun)))
+            Backend::Postgres(pg) => {
+                // Connections default to lazy commits (see `Backend::Postgres`); a
+                // flushed transaction says so in its BEGIN (one simple query).
+                let begin = if lazy {
+                    "BEGIN"
+                } else {
+                    "BEGIN; SET LOCAL synchronous_commit = on"
+                };
+                let mut lease = pg.lease().await?;
+                lease
+                    .run(|c| Box::pin(async move { sqlx::raw_sql(begin).execute(c).await }))
+                    .await?;
+                // Inside a transaction the connection must not be reused until it
+                // ends: a `Tx` dropped unfinished closes it, which rolls it back.
+                lease.clean = false;
+                Ok(Tx(TxInner::Postgres(lease)))
             }
         }
     }
@@ -466,7 +572,7 @@ pub struct Tx(TxInner);
 
 enum TxInner {
     Sqlite(SqliteTx),
-    Postgres(sqlx::Transaction<'static, sqlx::Any>),
+    Postgres(Lease),
 }
 
 struct SqliteTx {
@@ -488,12 +594,11 @@ impl Tx {
         sent(1);
         match &mut self.0 {
             TxInner::Sqlite(s) => Ok(sqlite_rows(&s.conn, sql, params)?),
-            TxInner::Postgres(tx) => Ok(pg_query(sql, params)
-                .fetch_all(&mut **tx)
-                .await?
-                .iter()
-                .map(pg_row)
-                .collect()),
+            TxInner::Postgres(lease) => {
+                let rows = pg_fetch(lease, sql, params).await;
+                lease.clean = false;
+                rows
+            }
         }
     }
 
@@ -509,10 +614,11 @@ impl Tx {
         sent(1);
         match &mut self.0 {
             TxInner::Sqlite(s) => Ok(sqlite_execute(&s.conn, sql, params)?),
-            TxInner::Postgres(tx) => Ok(pg_query(sql, params)
-                .execute(&mut **tx)
-                .await?
-                .rows_affected()),
+            TxInner::Postgres(lease) => {
+                let done = pg_execute(lease, sql, params).await;
+                lease.clean = false;
+                done
+            }
         }
     }
 
@@ -524,13 +630,17 @@ impl Tx {
                 s.open = false;
                 Ok(())
             }
-            // COMMIT runs to its end even if the caller is dropped meanwhile, for
-            // the reason `begin_write` gives: the database sees all or nothing, and
-            // the connection goes back to the pool outside any transaction.
-            TxInner::Postgres(tx) => tokio::spawn(tx.commit())
-                .await
-                .map_err(|e| DbError::Task(e.to_string()))?
-                .map_err(DbError::from),
+            // COMMIT runs to its end even if the caller is dropped meanwhile: the
+            // transaction is committed as soon as it was asked to be, and the
+            // connection goes back (clean) only once the server said so.
+            TxInner::Postgres(mut lease) => tokio::spawn(async move {
+                lease
+                    .run(|c| Box::pin(async move { sqlx::raw_sql("COMMIT").execute(c).await }))
+                    .await
+                    .map(|_| ())
+            })
+            .await
+            .map_err(|e| DbError::Task(e.to_string()))?,
         }
     }
 }

@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# One measurement series against a fresh database: `caseops bench` and `wrk` for
+# fresh C-102 runs, `caseops bench` for MCP `tools/call`, with the server's CPU time
+# per run, its RSS and the bytes stored per run. Prints one line per figure.
+#
+#   tests/load/series.sh sqlite|postgres [path/to/caseops]
+#
+# PostgreSQL: a database `caseops_series` on $CASEOPS_SERIES_PG (default
+# postgres://postgres@127.0.0.1:5432) is dropped and created. Ports 18080/18081.
+set -euo pipefail
+backend=$1
+bin=${2:-target/release/caseops}
+here=$(cd "$(dirname "$0")" && pwd)
+work=$(mktemp -d /tmp/caseops-series.XXXXXX)
+pg=${CASEOPS_SERIES_PG:-postgres://postgres@127.0.0.1:5432}
+dur=${CASEOPS_SERIES_SECONDS:-5}
+case $backend in
+  sqlite) db="sqlite://$work/caseops.db" ;;
+  postgres)
+    psql -q "$pg/postgres" -c "DROP DATABASE IF EXISTS caseops_series" -c "CREATE DATABASE caseops_series" >/dev/null
+    db="$pg/caseops_series" ;;
+  *) echo "usage: $0 sqlite|postgres [caseops]" >&2; exit 2 ;;
+esac
+"$bin" migrate --database "$db" >/dev/null
+"$bin" serve --database "$db" --listen 18080 --mcp-listen 18081 --log-level error >"$work/serve.log" 2>&1 &
+pid=$!
+trap 'kill $pid 2>/dev/null || true; wait $pid 2>/dev/null || true; rm -rf "$work"' EXIT
+for _ in $(seq 1 50); do curl -fs http://127.0.0.1:18080/health/ready >/dev/null 2>&1 && break; sleep 0.2; done
+api=(--api http://127.0.0.1:18080 --mcp http://127.0.0.1:18081/mcp)
+cpu() { awk '{print $14 + $15}' "/proc/$pid/stat"; }
+tick=$(getconf CLK_TCK)
+runs() { "$bin" bench "${api[@]}" --scenario agent-run --concurrency 1 --requests 1 --warmup 0 --json >/dev/null; }
+runs
+for c in 1 8; do
+  out=$("$bin" bench "${api[@]}" --scenario agent-run --concurrency $c --duration "$dur" --warmup 1 --json)
+  python3 -c "import json,sys; r=json.loads(sys.argv[1]); print(f\"$backend bench agent-run c=$c req/s={r['requests_per_second']:.1f} p50={r['p50_ms']:.3f} p99={r['p99_ms']:.3f} errors={r['errors']}\")" "$out"
+done
+# The server's CPU time (user + system) over a counted number of runs at c=8.
+before=$(cpu)
+"$bin" bench "${api[@]}" --scenario agent-run --concurrency 8 --requests 1000 --warmup 0 --json >/dev/null
+after=$(cpu)
+echo "$backend cpu_ms_per_run=$(python3 -c "print(round(($after - $before) / $tick * 1000 / 1000, 2))")"
+for c in 1 8; do
+  t=$([ $c = 1 ] && echo 1 || echo 2)
+  wrk -t$t -c$c -d${dur}s --latency -s "$here/run.lua" http://127.0.0.1:18080 2>"$work/wrk.err" |
+    awk -v b="$backend" -v c="$c" '/Requests\/sec/ {rps=$2} /^ +50%/ {p50=$2} /^ +99%/ {p99=$2} /Non-2xx/ {bad=$5} END {print b " wrk agent-run c=" c " req/s=" rps " p50=" p50 " p99=" p99 " non2xx=" (bad ? bad : 0)}'
+done
+out=$("$bin" bench "${api[@]}" --scenario mcp-call --concurrency 32 --duration "$dur" --warmup 1 --json)
+python3 -c "import json,sys; r=json.loads(sys.argv[1]); print(f\"$backend bench mcp-call c=32 req/s={r['requests_per_second']:.0f} p50={r['p50_ms']:.3f} errors={r['errors']}\")" "$out"
+echo "$backend rss_kb=$(awk '/VmRSS/ {print $2}' /proc/$pid/status) hwm_kb=$(awk '/VmHWM/ {print $2}' /proc/$pid/status)"

@@ -55,7 +55,7 @@ impl Planner for OneStep {
             json!({"decision": "final", "answer": {
                 "outcome": "DOCUMENTS_COMPLETE", "summary": "ok",
                 "received_document_codes": [], "resolved_document_codes": [],
-                "missing_document_codes": [], "evidence_refs": []}})
+                "missing_document_codes": [], "evidence_refs": ["case://C-102@7"]}})
         })
     }
 }
@@ -106,6 +106,25 @@ fn bench(c: &mut Criterion) {
             let planner = OneStep(Mutex::new(0));
             let out = rt
                 .block_on(engine.start(spec(format!("b{n}")), &planner, &Noop, &store))
+                .unwrap();
+            assert_eq!(out.status, "completed", "{:?}", out.stop_reason);
+        })
+    });
+
+    // The same run in a tenant whose catalog lists 1,000 tools: the run still sees
+    // only what its scopes allow, so its per-step cost should not grow with it.
+    let big_catalog = |run_id: String| {
+        let mut s = spec(run_id);
+        s.catalog
+            .extend((0..1000 - s.catalog.len()).map(|i| format!("other_tool_{i:04}")));
+        s
+    };
+    c.bench_function("run/one_tool_step_and_final_1000_tool_catalog", |b| {
+        b.iter(|| {
+            n += 1;
+            let planner = OneStep(Mutex::new(0));
+            let out = rt
+                .block_on(engine.start(big_catalog(format!("b{n}")), &planner, &Noop, &store))
                 .unwrap();
             assert_eq!(out.status, "completed");
         })

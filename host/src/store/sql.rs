@@ -431,8 +431,8 @@ pub(crate) struct Lease {
 }
 
 impl Lease {
-    /// Runs `work` on the connection; the lease is clean again only if it finished
-    /// without an error.
+    /// Runs `work` on the connection; the lease is clean again only if it finished,
+    /// with a result or with an error the server answered.
     async fn run<T, F>(&mut self, work: F) -> Result<T, DbError>
     where
         F: for<'c> FnOnce(

@@ -212,11 +212,7 @@ pub fn check_policies(
     }
 
     let schema = std::sync::OnceLock::new();
-    let whole_schema = || {
-        schema
-            .get_or_init(|| Schema::from_json_value(schema_json.clone()).map_err(|e| e.to_string()))
-            .as_ref()
-    };
+    let whole_schema = || schema.get_or_init(|| parse_schema(&schema_json)).as_ref();
     let results = match validate_by_action(whole_schema, &merged, agent, &project.tools) {
         Ok(results) => results,
         Err(e) => {
@@ -272,12 +268,14 @@ impl Policies {
     /// The whole schema, parsed on first use.
     pub fn schema(&self) -> Result<&Schema, String> {
         self.schema
-            .get_or_init(|| {
-                Schema::from_json_value(self.schema_json.clone()).map_err(|e| e.to_string())
-            })
+            .get_or_init(|| parse_schema(&self.schema_json))
             .as_ref()
             .map_err(String::clone)
     }
+}
+
+fn parse_schema(json: &serde_json::Value) -> Result<Schema, String> {
+    Schema::from_json_value(json.clone()).map_err(|e| e.to_string())
 }
 
 /// How many tools' actions one partial schema holds in [`validate_by_action`].
@@ -311,31 +309,23 @@ fn validate_by_action<'s>(
     };
     let by_name: BTreeMap<&str, &crate::tool::ToolContract> =
         tools.iter().map(|t| (t.name.value.as_str(), t)).collect();
-    let action_type = format!("{NAMESPACE}::Action");
-    let mut scoped: BTreeMap<&str, Vec<cedar_policy::Policy>> = BTreeMap::new();
-    let mut elsewhere = Vec::new();
-    for policy in set.policies() {
-        let tool = match policy.action_constraint() {
-            cedar_policy::ActionConstraint::Eq(uid)
-                if uid.type_name().to_string() == action_type =>
-            {
-                by_name
-                    .get_key_value(uid.id().unescaped())
-                    .map(|(name, _)| *name)
-            }
-            _ => None,
-        };
-        match tool {
-            Some(name) => scoped.entry(name).or_default().push(policy.clone()),
-            None => elsewhere.push(policy.clone()),
+    let slices = ActionSlices::new(set);
+    let scoped = &slices.scoped;
+    // Policies scoped to an action no tool declares go to the whole schema, which
+    // reports it.
+    let mut elsewhere = slices.everywhere.clone();
+    let mut names: Vec<&str> = Vec::new();
+    for (name, policies) in scoped {
+        match by_name.contains_key(name.as_str()) {
+            true => names.push(name),
+            false => elsewhere.extend(policies.iter().cloned()),
         }
     }
     let mut results = Vec::new();
-    let names: Vec<&str> = scoped.keys().copied().collect();
     for chunk in names.chunks(VALIDATION_CHUNK) {
         let policies: Vec<cedar_policy::Policy> = chunk
             .iter()
-            .flat_map(|n| scoped[n].iter().cloned())
+            .flat_map(|n| scoped[*n].iter().cloned())
             .collect();
         let partial = Schema::from_json_value(cedar_schema::schema_json_of(
             agent,
@@ -681,25 +671,30 @@ pub fn evaluate_among(
 /// no decision, no determining policy and no error: each question then costs what
 /// its own action's policies cost, however many tools the project has.
 pub struct ActionSlices {
-    /// Policies with `action == A`, by `A`'s id.
-    scoped: std::collections::HashMap<String, Vec<cedar_policy::Policy>>,
-    /// Policies with no action constraint or an `in` one: kept in every slice.
+    /// Policies with `action == CaseOps::Action::"A"`, by `A`.
+    scoped: BTreeMap<String, Vec<cedar_policy::Policy>>,
+    /// Every other policy (no action constraint, an `in` one): kept in every slice.
     everywhere: Vec<cedar_policy::Policy>,
 }
 
 impl ActionSlices {
     pub fn new(set: &PolicySet) -> Self {
+        let action_type = format!("{NAMESPACE}::Action");
         let mut slices = ActionSlices {
-            scoped: std::collections::HashMap::new(),
+            scoped: BTreeMap::new(),
             everywhere: Vec::new(),
         };
         for policy in set.policies() {
             match policy.action_constraint() {
-                cedar_policy::ActionConstraint::Eq(uid) => slices
-                    .scoped
-                    .entry(uid.id().unescaped().to_string())
-                    .or_default()
-                    .push(policy.clone()),
+                cedar_policy::ActionConstraint::Eq(uid)
+                    if uid.type_name().to_string() == action_type =>
+                {
+                    slices
+                        .scoped
+                        .entry(uid.id().unescaped().to_string())
+                        .or_default()
+                        .push(policy.clone())
+                }
                 _ => slices.everywhere.push(policy.clone()),
             }
         }

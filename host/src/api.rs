@@ -49,7 +49,7 @@ pub struct RunContract {
     pub resource_type: &'static str,
     pub resource_id_field: &'static str,
     pub runs_path: &'static str,
-    pub catalog: &'static [&'static str],
+    pub catalog: caseops_runtime::Catalog,
     pub initial_stage: &'static str,
     pub bundle_digest: &'static str,
     pub final_answer_schema: &'static str,
@@ -69,7 +69,7 @@ impl RunContract {
             resource_type: B::RESOURCE_TYPE,
             resource_id_field: B::RESOURCE_ID_FIELD,
             runs_path: B::RUNS_PATH,
-            catalog: B::CATALOG,
+            catalog: B::CATALOG.iter().copied().collect(),
             initial_stage: B::STAGES.first().copied().unwrap_or_default(),
             bundle_digest: B::BUNDLE_DIGEST,
             final_answer_schema: B::FINAL_ANSWER_SCHEMA,
@@ -505,12 +505,7 @@ async fn start_run(
         subject: who.actor.clone(),
         resource_id: resource_id.clone(),
         scopes: who.scopes.clone(),
-        catalog: state
-            .contract
-            .catalog
-            .iter()
-            .map(|s| s.to_string())
-            .collect(),
+        catalog: state.contract.catalog.clone(),
         stage: state.contract.initial_stage.to_string(),
         goal: goal.to_string(),
         correlation_id: request_id.clone(),
@@ -968,7 +963,7 @@ mod tests {
             resource_type: "Order",
             resource_id_field: "order_id",
             runs_path: "/v1/orders/{order_id}/agent-runs",
-            catalog: &[],
+            catalog: caseops_runtime::Catalog::default(),
             initial_stage: "working",
             bundle_digest: "d",
             final_answer_schema: r#"{"type": "object"}"#,

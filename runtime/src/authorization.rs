@@ -223,10 +223,11 @@ impl Authorization {
             ""
         };
         let actions: Vec<&str> = tools.iter().map(|t| t.name).collect();
-        // JSON: no two different principals share a key.
+        // JSON: no two different principals share a key (the catalog, which may be
+        // long, by its digest: computed once per catalog, not per run).
         let key = serde_json::to_string(&(
             &spec.tenant_id,
-            &spec.catalog,
+            spec.catalog.digest(),
             &spec.resource_id,
             &spec.subject,
             &spec.scopes,
@@ -271,7 +272,7 @@ impl Authorization {
         let mut entities = [
             Entity::new(
                 tenant.clone(),
-                HashMap::from([("catalog".to_string(), strings(&spec.catalog))]),
+                HashMap::from([("catalog".to_string(), strings(spec.catalog.names()))]),
                 HashSet::new(),
             ),
             Entity::new(

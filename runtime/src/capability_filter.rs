@@ -29,7 +29,7 @@ pub fn hidden_because(
     succeeded: &[String],
     health: &Health,
 ) -> Option<&'static str> {
-    if !spec.catalog.iter().any(|c| c == tool.name) {
+    if !spec.catalog.contains(tool.name) {
         return Some("not in the tenant catalog");
     }
     if !spec.scopes.iter().any(|s| s == tool.required_scope) {

@@ -112,10 +112,14 @@ struct Pending {
     row: LedgerRow,
 }
 
-/// The whole state of a run, written into every checkpoint.
+/// The state of a run, written at every commit point. The spec is not in it: it
+/// never changes, so the store keeps it once ([`Batch::spec`]).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 struct Snapshot {
-    spec: RunSpec,
+    /// Only in snapshots written before the spec moved to the store; read for
+    /// runs that are resumed from one.
+    #[serde(default, skip_serializing)]
+    spec: Option<RunSpec>,
     state: String,
     sequence: u64,
     stage: String,
@@ -141,12 +145,14 @@ struct Run<S: RunStateEnum> {
     permitted: Vec<bool>,
     /// The approval the next commit asks for.
     asking: Option<ApprovalRequest>,
+    /// Whether the store has the spec (from this run's first commit on).
+    spec_recorded: bool,
 }
 
 impl<S: RunStateEnum> Run<S> {
     fn snapshot(&self) -> Snapshot {
         Snapshot {
-            spec: self.spec.clone(),
+            spec: None,
             state: self.machine.state().as_str().to_string(),
             sequence: self.machine.sequence(),
             stage: self.stage.clone(),
@@ -350,6 +356,7 @@ impl<B: ContractBundle> Engine<B> {
             principal: None,
             permitted: Vec::new(),
             asking: None,
+            spec_recorded: false,
         };
         self.drive(&mut run, planner, executor, store, interrupt)
             .await
@@ -395,7 +402,12 @@ impl<B: ContractBundle> Engine<B> {
         };
         let snap: Snapshot =
             serde_json::from_value(last.snapshot.clone()).map_err(|e| corrupt(e.to_string()))?;
-        if snap.spec.run_id != run_id || snap.sequence != last.sequence {
+        let spec_recorded = stored.spec.is_some();
+        let spec = stored
+            .spec
+            .or(snap.spec)
+            .ok_or_else(|| corrupt("no spec on record".into()))?;
+        if spec.run_id != run_id || snap.sequence != last.sequence {
             return Err(corrupt(
                 "snapshot does not belong to this checkpoint".into(),
             ));
@@ -405,7 +417,7 @@ impl<B: ContractBundle> Engine<B> {
         let mut controls = snap.controls;
         controls.resume_segment(last.at_ms, self.now());
         let mut run = Run {
-            spec: snap.spec,
+            spec,
             machine: Machine::restore(current, snap.sequence),
             stage: snap.stage,
             controls,
@@ -416,6 +428,7 @@ impl<B: ContractBundle> Engine<B> {
             principal: None,
             permitted: Vec::new(),
             asking: None,
+            spec_recorded,
         };
         if let Some(outcome) = &run.outcome
             && current.is_terminal()
@@ -816,6 +829,7 @@ impl<B: ContractBundle> Engine<B> {
         let batch = Batch {
             run_id: run.spec.run_id.clone(),
             point,
+            spec: (!run.spec_recorded).then(|| run.spec.clone()),
             checkpoints: std::mem::take(&mut run.checkpoints),
             ledger: std::mem::take(&mut run.ledger),
             state: run.machine.state().as_str().to_string(),
@@ -824,6 +838,7 @@ impl<B: ContractBundle> Engine<B> {
             approval: run.asking.take(),
         };
         store.commit(batch).await?;
+        run.spec_recorded = true;
         Ok(())
     }
 

@@ -18,6 +18,7 @@
 pub mod authorization;
 pub mod bundle;
 pub mod capability_filter;
+pub mod catalog;
 pub mod conclusion;
 pub mod context;
 pub mod contract;
@@ -39,6 +40,7 @@ pub mod telemetry;
 pub mod validation;
 
 pub use bundle::ContractBundle;
+pub use catalog::Catalog;
 pub use conclusion::{ConclusionCheck, Provenance, Rejection};
 pub use contract::{
     Backoff, BackoffKind, Budgets, Effects, ErrorClass, ErrorDecl, FieldContract, FieldSource,

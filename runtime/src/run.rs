@@ -3,6 +3,8 @@
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use crate::catalog::Catalog;
+
 /// Stop reasons the runtime itself gives (deny reasons come from policies).
 pub mod reasons {
     pub const STEP_BUDGET_EXHAUSTED: &str = "STEP_BUDGET_EXHAUSTED";
@@ -44,8 +46,8 @@ pub struct RunSpec {
     /// The run-bound resource (e.g. the case id).
     pub resource_id: String,
     pub scopes: Vec<String>,
-    /// The tenant's tool catalog.
-    pub catalog: Vec<String>,
+    /// The tenant's tool catalog (shared between the tenant's runs).
+    pub catalog: Catalog,
     /// The task stage the run works in (one of the bundle's `STAGES`).
     pub stage: String,
     pub goal: String,

@@ -9,7 +9,7 @@ use std::future::Future;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use crate::run::{Checkpoint, LedgerRow, Outcome};
+use crate::run::{Checkpoint, LedgerRow, Outcome, RunSpec};
 
 /// Why the runtime commits now.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -52,6 +52,10 @@ impl CommitPoint {
 pub struct Batch {
     pub run_id: String,
     pub point: CommitPoint,
+    /// What the run was asked, on its first commit only: the store keeps it for
+    /// recovery (snapshots do not repeat it). A store that recorded the spec when
+    /// the run was created may ignore it.
+    pub spec: Option<RunSpec>,
     pub checkpoints: Vec<Checkpoint>,
     /// Ledger rows to insert or update (by `tool_call_id`).
     pub ledger: Vec<LedgerRow>,
@@ -119,6 +123,8 @@ pub struct ApprovalRecord {
 /// A run as the store holds it.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct StoredRun {
+    /// What the run was asked (recovery resumes it with this spec).
+    pub spec: Option<RunSpec>,
     pub checkpoints: Vec<Checkpoint>,
     pub ledger: Vec<LedgerRow>,
     pub outcome: Option<Outcome>,
@@ -197,6 +203,9 @@ impl RunStore for MemoryStore {
                 });
             }
             last = cp.sequence;
+        }
+        if run.spec.is_none() {
+            run.spec = batch.spec;
         }
         run.checkpoints.extend(batch.checkpoints);
         for row in batch.ledger {

@@ -168,7 +168,13 @@ async fn an_unknown_argument_field_is_rejected_before_execution() {
 #[tokio::test]
 async fn a_tool_outside_the_catalog_is_denied_before_execution() {
     let mut s = spec("r3");
-    s.catalog.retain(|t| t != "caseops_get_policy_requirements");
+    s.catalog = s
+        .catalog
+        .names()
+        .iter()
+        .filter(|t| *t != "caseops_get_policy_requirements")
+        .cloned()
+        .collect();
     let (out, calls, store) = denied(
         s,
         call(
@@ -512,13 +518,84 @@ async fn read_only_recovery_from_tool_running_completes_with_one_more_execution(
 }
 
 #[tokio::test]
+async fn the_spec_is_stored_once_and_a_snapshot_that_still_holds_it_resumes() {
+    use caseops_runtime::RunStore;
+    use caseops_runtime::store::{Batch, CommitPoint};
+    // Interrupted like the recovery test above: two commits are on record.
+    let store = FailingStore::new(3);
+    let (planner, executor) = (ScriptPlanner::new(c102_script()), ok_executor());
+    engine()
+        .start(spec("r-spec"), &planner, &executor, &store)
+        .await
+        .unwrap_err();
+    let stored = store.inner.get("r-spec").unwrap();
+    assert_eq!(stored.spec, Some(spec("r-spec")));
+    assert!(
+        stored
+            .checkpoints
+            .iter()
+            .all(|c| c.snapshot.get("spec").is_none()),
+        "no snapshot repeats the spec"
+    );
+
+    // As an older version left it: no spec on record, the spec inside the snapshot.
+    let as_stored = |spec_in_snapshot: bool| {
+        let mut checkpoints = stored.checkpoints.clone();
+        if spec_in_snapshot {
+            checkpoints.last_mut().unwrap().snapshot["spec"] =
+                serde_json::to_value(spec("r-spec")).unwrap();
+        }
+        Batch {
+            run_id: "r-spec".into(),
+            point: CommitPoint::Suspend,
+            spec: None,
+            checkpoints,
+            ledger: stored.ledger.clone(),
+            state: "tool_running".into(),
+            step_count: 1,
+            outcome: None,
+            approval: None,
+        }
+    };
+    let legacy = MemoryStore::new();
+    legacy.commit(as_stored(true)).await.unwrap();
+    let out = engine()
+        .resume(
+            "r-spec",
+            &ScriptPlanner::new(c102_script()),
+            &ok_executor(),
+            &legacy,
+        )
+        .await
+        .unwrap();
+    assert_eq!(out.status, "completed", "{out:?}");
+    assert_eq!(legacy.get("r-spec").unwrap().spec, Some(spec("r-spec")));
+
+    // With the spec nowhere, the run cannot be resumed and says why.
+    let lost = MemoryStore::new();
+    lost.commit(as_stored(false)).await.unwrap();
+    let err = engine()
+        .resume(
+            "r-spec",
+            &ScriptPlanner::new(c102_script()),
+            &ok_executor(),
+            &lost,
+        )
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("no spec on record"), "{err}");
+}
+
+#[tokio::test]
 async fn a_write_pending_at_tool_running_goes_to_a_human() {
     use caseops_fixture_generated::Bundle as Fixture;
     let mut s = spec("w1");
     s.tenant_id = "t1".into();
     s.resource_id = "S-1".into();
     s.scopes = vec!["inventory:read".into(), "inventory:reserve".into()];
-    s.catalog = vec!["inventory_lookup".into(), "inventory_reserve".into()];
+    s.catalog = ["inventory_lookup", "inventory_reserve"]
+        .into_iter()
+        .collect();
     s.stage = "restocking".into();
     let script = vec![
         call("inventory_lookup", json!({"shelf_id": "S-1", "sku": "ABC"})),
@@ -709,7 +786,9 @@ fn shelf_spec(run_id: &str, scopes: &[&str]) -> caseops_runtime::RunSpec {
     s.tenant_id = "t1".into();
     s.resource_id = "S-1".into();
     s.scopes = scopes.iter().map(|s| s.to_string()).collect();
-    s.catalog = vec!["inventory_lookup".into(), "inventory_reserve".into()];
+    s.catalog = ["inventory_lookup", "inventory_reserve"]
+        .into_iter()
+        .collect();
     s.stage = "restocking".into();
     s
 }

@@ -147,6 +147,8 @@ pub struct McpServer<B: ContractBundle, D> {
     principals: Mutex<HashMap<String, Arc<Principal>>>,
     dispatch: D,
     listing: Vec<Value>,
+    /// The tenant catalog, built once and shared by every request's spec.
+    catalog: caseops_runtime::Catalog,
     _bundle: PhantomData<B>,
 }
 
@@ -188,13 +190,14 @@ impl<B: ContractBundle, D: ToolDispatch + 'static> McpServer<B, D> {
             principals: Mutex::new(HashMap::new()),
             dispatch,
             listing,
+            catalog: B::CATALOG.iter().copied().collect(),
             _bundle: PhantomData,
         })
     }
 
     /// The run facts a task token stands for: the same shape the API builds for a
     /// run, so both planes ask the policies the same question.
-    fn spec_of(claims: &TaskClaims) -> RunSpec {
+    fn spec_of(&self, claims: &TaskClaims) -> RunSpec {
         RunSpec {
             run_id: claims.task_id.clone(),
             tenant_id: claims.tenant_id.clone(),
@@ -205,7 +208,7 @@ impl<B: ContractBundle, D: ToolDispatch + 'static> McpServer<B, D> {
                 .unwrap_or_default()
                 .to_string(),
             scopes: claims.scopes(),
-            catalog: B::CATALOG.iter().map(|s| s.to_string()).collect(),
+            catalog: self.catalog.clone(),
             // A token names the run's stage; one without starts where runs start.
             stage: claims
                 .stage
@@ -330,7 +333,7 @@ impl<B: ContractBundle, D: ToolDispatch + 'static> McpServer<B, D> {
         claims: &TaskClaims,
         params: &Map<String, Value>,
     ) -> Result<Value, (i64, String)> {
-        let principal = self.principal(&Self::spec_of(claims)).ok();
+        let principal = self.principal(&self.spec_of(claims)).ok();
         let visible: Vec<&Value> = self
             .listing
             .iter()
@@ -400,7 +403,7 @@ impl<B: ContractBundle, D: ToolDispatch + 'static> McpServer<B, D> {
                 &claims.task_id,
             ));
         }
-        let spec = Self::spec_of(claims);
+        let spec = self.spec_of(claims);
         let resource_id = spec.resource_id.clone();
         let decision = match self.principal(&spec) {
             Ok(principal) => self.authorization.authorize_with(

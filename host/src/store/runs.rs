@@ -1159,6 +1159,7 @@ impl RunStore for SqlRunStore {
                 fingerprint: a.fingerprint,
             });
         Ok(Some(StoredRun {
+            spec: record.as_ref().and_then(|r| r.spec.clone()),
             checkpoints,
             ledger,
             outcome: record.as_ref().and_then(Self::outcome_of),

@@ -32,8 +32,8 @@ pub fn spec(run_id: &str) -> RunSpec {
             "caseops_list_unclassified_documents",
             "caseops_resolve_document_alias",
         ]
-        .map(String::from)
-        .to_vec(),
+        .into_iter()
+        .collect(),
         stage: "investigating".into(),
         goal: "Check whether case C-102 has every required document".into(),
         correlation_id: "req-1".into(),

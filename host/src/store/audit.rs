@@ -213,7 +213,39 @@ pub async fn append_event(
 /// appended in one transaction (an effect and the run's end) follow each other
 /// although none of their inserts has run yet.
 #[derive(Debug, Default)]
-pub(crate) struct ChainHead(Option<(String, i64, String)>);
+pub(crate) struct ChainHead {
+    last: Option<(String, i64, String)>,
+    /// The tenant whose chain this transaction has already locked (see [`LOCK`]).
+    locked: Option<String>,
+}
+
+/// A column that takes the tenant chain's lock on PostgreSQL, for a statement
+/// that reads `runs.tenant_id` (or a `tenant_id` column) before an append in the
+/// same transaction: taken there, it costs no round trip of its own. The chain
+/// head must still be read by a later statement, whose snapshot then sees every
+/// append committed before the lock was granted. Call [`ChainHead::hold`] after.
+pub(crate) const LOCK: &str =
+    "pg_advisory_xact_lock(hashtext('caseops-audit:' || tenant_id))::text AS audit_lock";
+
+/// `, LOCK` on PostgreSQL, nothing on SQLite: appended to a select list.
+pub(crate) fn lock_column(dialect: super::Dialect) -> String {
+    match dialect {
+        super::Dialect::Postgres => format!(", {LOCK}"),
+        super::Dialect::Sqlite => String::new(),
+    }
+}
+
+impl ChainHead {
+    /// The transaction holds `tenant`'s chain lock (taken by a [`LOCK`] column).
+    pub(crate) fn hold(&mut self, tenant: &str) {
+        self.locked = Some(tenant.to_string());
+    }
+}
+
+/// The key of a tenant chain's advisory lock, as [`LOCK`] computes it too.
+fn lock_key(tenant: &str) -> String {
+    format!("caseops-audit:{tenant}")
+}
 
 /// Where an event goes: the tenant's chain (as `kind`) and the outbox (as `topic`,
 /// about `subject`).
@@ -239,19 +271,21 @@ async fn chain_events(
     data: Value,
 ) -> Result<[Statement; 2], DbError> {
     let tenant = fact.tenant;
-    let (prev_seq, prev_hash) = match &head.0 {
+    let (prev_seq, prev_hash) = match &head.last {
         // An earlier append of this transaction: its inserts have not run yet.
         Some((t, seq, hash)) if t == tenant => (*seq, hash.clone()),
         _ => {
             // One appender per tenant chain at a time: on PostgreSQL a
             // transaction-scoped advisory lock on the tenant (SQLite's BEGIN
-            // IMMEDIATE already serializes).
-            if db.dialect == super::Dialect::Postgres {
+            // IMMEDIATE already serializes), unless an earlier statement of the
+            // transaction took it.
+            if db.dialect == super::Dialect::Postgres && head.locked.as_deref() != Some(tenant) {
                 tx.fetch_optional(
                     "SELECT pg_advisory_xact_lock(hashtext(?))::text",
-                    &params![format!("caseops-audit:{tenant}")],
+                    &params![lock_key(tenant)],
                 )
                 .await?;
+                head.hold(tenant);
             }
             let last = tx
                 .fetch_optional(
@@ -267,7 +301,7 @@ async fn chain_events(
     };
     let seq = prev_seq + 1;
     let hash = event_hash(&prev_hash, seq, fact.kind, fact.run_id, payload);
-    head.0 = Some((tenant.to_string(), seq, hash.clone()));
+    head.last = Some((tenant.to_string(), seq, hash.clone()));
     let now = now_ms();
     let event_id = uuid::Uuid::new_v4().to_string();
     let envelope =

@@ -573,9 +573,39 @@ impl SqlRunStore {
         let spec = serde_json::to_string(&new.spec).expect("specs serialize");
         // The run and its `started` event commit together, or neither does.
         let mut tx = self.db.begin_lazy_write().await?;
-        let inserted = tx.execute("INSERT INTO runs (run_id, tenant_id, resource_id, actor, idempotency_key, request_hash, request_id, goal, planner_kind, model, status, state, step_count, spec, bundle_digest, created_at, updated_at, lease_owner, lease_expires_at) \
-             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 'running', 'created', 0, ?, ?, ?, ?, ?, ?) ON CONFLICT (tenant_id, idempotency_key) DO NOTHING", &params![&new.spec.run_id, &new.spec.tenant_id, &new.spec.resource_id, &new.actor, &new.idempotency_key, &new.request_hash, &new.request_id, &new.spec.goal, &new.planner_kind, &new.model, spec, &new.bundle_digest, now, now, &self.owner, now + self.lease_ms])
-        .await?;
+        let insert = Statement::new(
+            "INSERT INTO runs (run_id, tenant_id, resource_id, actor, idempotency_key, request_hash, request_id, goal, planner_kind, model, status, state, step_count, spec, bundle_digest, created_at, updated_at, lease_owner, lease_expires_at) \
+             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 'running', 'created', 0, ?, ?, ?, ?, ?, ?) ON CONFLICT (tenant_id, idempotency_key) DO NOTHING",
+            params![
+                &new.spec.run_id,
+                &new.spec.tenant_id,
+                &new.spec.resource_id,
+                &new.actor,
+                &new.idempotency_key,
+                &new.request_hash,
+                &new.request_id,
+                &new.spec.goal,
+                &new.planner_kind,
+                &new.model,
+                spec,
+                &new.bundle_digest,
+                now,
+                now,
+                &self.owner,
+                now + self.lease_ms
+            ],
+        );
+        let mut head = audit::ChainHead::default();
+        let pg = self.db.dialect == Dialect::Postgres;
+        let inserted = if pg {
+            // The row inserted takes the tenant chain's lock for the append below.
+            let sql = format!("{} RETURNING {}", insert.sql, audit::LOCK);
+            let n = tx.fetch_all(&sql, &insert.params).await?.len();
+            head.hold(&new.spec.tenant_id);
+            n
+        } else {
+            tx.execute(&insert.sql, &insert.params).await? as usize
+        };
         if inserted == 1 {
             let who = audit::Who {
                 tenant: &new.spec.tenant_id,
@@ -586,7 +616,7 @@ impl SqlRunStore {
             let events = audit::started_events(
                 &self.db,
                 &mut tx,
-                &mut audit::ChainHead::default(),
+                &mut head,
                 &who,
                 &self.events,
                 &new.spec.run_id,
@@ -594,8 +624,13 @@ impl SqlRunStore {
                 &new.planner_kind,
             )
             .await?;
-            for e in &events {
-                tx.execute(&e.sql, &e.params).await?;
+            if pg {
+                let both = Statement::chained(events.into()).expect("two events");
+                tx.execute(&both.sql, &both.params).await?;
+            } else {
+                for e in &events {
+                    tx.execute(&e.sql, &e.params).await?;
+                }
             }
         }
         tx.commit().await?;
@@ -872,7 +907,10 @@ impl SqlRunStore {
             if let Some(asked) = &batch.approval {
                 let run = tx
                     .fetch_optional(
-                        "SELECT tenant_id, actor FROM runs WHERE run_id = ?",
+                        &format!(
+                            "SELECT tenant_id, actor{} FROM runs WHERE run_id = ?",
+                            audit::lock_column(db.dialect)
+                        ),
                         &params![&batch.run_id],
                     )
                     .await?
@@ -880,6 +918,7 @@ impl SqlRunStore {
                         run_id: batch.run_id.clone(),
                     })?;
                 let (tenant, actor): (String, String) = (run.get("tenant_id")?, run.get("actor")?);
+                head.hold(&tenant);
                 events.push(super::approvals::insert(
                     asked,
                     &tenant,
@@ -914,7 +953,10 @@ impl SqlRunStore {
             if !effects.is_empty() {
                 let tenant: String = tx
                     .fetch_optional(
-                        "SELECT tenant_id FROM runs WHERE run_id = ?",
+                        &format!(
+                            "SELECT tenant_id{} FROM runs WHERE run_id = ?",
+                            audit::lock_column(db.dialect)
+                        ),
                         &params![&batch.run_id],
                     )
                     .await?
@@ -922,6 +964,7 @@ impl SqlRunStore {
                         run_id: batch.run_id.clone(),
                     })?
                     .get("tenant_id")?;
+                head.hold(&tenant);
                 for row in &effects {
                     let data = serde_json::json!({
                         "run_id": row.run_id,
@@ -952,7 +995,10 @@ impl SqlRunStore {
             if let Some(outcome) = &batch.outcome {
                 let run = tx
                     .fetch_optional(
-                        "SELECT tenant_id, resource_id, actor, request_id FROM runs WHERE run_id = ?",
+                        &format!(
+                            "SELECT tenant_id, resource_id, actor, request_id{} FROM runs WHERE run_id = ?",
+                            audit::lock_column(db.dialect)
+                        ),
                         &params![&batch.run_id],
                     )
                     .await?
@@ -964,6 +1010,7 @@ impl SqlRunStore {
                     run.get("resource_id")?,
                     run.get("actor")?,
                 );
+                head.hold(&tenant);
                 let request_id: Option<String> = run.get("request_id")?;
                 let who = audit::Who {
                     tenant: &tenant,

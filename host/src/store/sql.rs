@@ -118,6 +118,29 @@ impl Statement {
     /// it returns one row when the fence matched. Parts that must depend on it say
     /// so in their own `WHERE` (`EXISTS (SELECT 1 FROM fence)`); all of it is one
     /// atomic statement and one round trip.
+    /// PostgreSQL: writes (`INSERT`/`UPDATE`/`DELETE` without `RETURNING`) as one
+    /// statement, `WITH s0 AS (…), … <last>`: one round trip instead of one each.
+    /// `None` for no statements.
+    pub fn chained(mut parts: Vec<Statement>) -> Option<Statement> {
+        let last = parts.pop()?;
+        if parts.is_empty() {
+            return Some(last);
+        }
+        let mut sql = String::from("WITH ");
+        let mut params = Vec::new();
+        for (i, part) in parts.into_iter().enumerate() {
+            if i > 0 {
+                sql.push_str(", ");
+            }
+            sql.push_str(&format!("s{i} AS ({})", part.sql));
+            params.extend(part.params);
+        }
+        sql.push(' ');
+        sql.push_str(&last.sql);
+        params.extend(last.params);
+        Some(Statement { sql, params })
+    }
+
     pub fn gated(fence: Statement, parts: Vec<Statement>) -> Statement {
         let mut sql = format!("WITH fence AS ({} RETURNING 1 AS held)", fence.sql);
         let mut params = fence.params;

@@ -139,7 +139,7 @@ fn bench(c: &mut Criterion) {
                 "investigating",
                 &succeeded,
                 &health,
-                &|_| true,
+                &[true; Bundle::TOOLS.len()],
             ))
         })
     });

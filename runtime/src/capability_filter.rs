@@ -53,17 +53,22 @@ pub fn hidden_because(
 }
 
 /// The tools visible to the planner, in contract-table order: those no structural
-/// rule hides and `permitted` (the policies, asked for the run's own resource) lets
-/// through.
+/// rule hides and the policies (asked for the run's own resource) permit.
+/// `permitted` holds the policies' answer per tool of `B::TOOLS`, by position; a
+/// tool beyond its end is not permitted.
 pub fn effective_tools<B: ContractBundle>(
     spec: &RunSpec,
     stage: &str,
     succeeded: &[String],
     health: &Health,
-    permitted: &dyn Fn(&ToolContract) -> bool,
+    permitted: &[bool],
 ) -> Vec<&'static ToolContract> {
     B::TOOLS
         .iter()
-        .filter(|t| hidden_because(spec, stage, t, succeeded, health).is_none() && permitted(t))
+        .zip(permitted)
+        .filter(|(t, allowed)| {
+            **allowed && hidden_because(spec, stage, t, succeeded, health).is_none()
+        })
+        .map(|(t, _)| t)
         .collect()
 }

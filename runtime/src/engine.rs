@@ -275,19 +275,12 @@ impl<B: ContractBundle> Engine<B> {
     fn view(&self, run: &mut Run<B::State>) -> PlannerView {
         let goal = goal_assembly::assemble::<B>(&run.spec, &run.stage);
         self.ensure_principal(run);
-        let table = &run.permitted;
-        let permitted = |t: &ToolContract| {
-            B::TOOLS
-                .iter()
-                .position(|x| x.name == t.name)
-                .is_some_and(|i| table.get(i) == Some(&true))
-        };
         let tools = capability_filter::effective_tools::<B>(
             &run.spec,
             &run.stage,
             &run.controls.succeeded_tools(),
             &self.health,
-            &permitted,
+            &run.permitted,
         );
         let mut view = build_view(
             &goal,

@@ -557,32 +557,23 @@ async fn the_spec_is_stored_once_and_a_snapshot_that_still_holds_it_resumes() {
             approval: None,
         }
     };
-    let legacy = MemoryStore::new();
-    legacy.commit(as_stored(true)).await.unwrap();
-    let out = engine()
-        .resume(
-            "r-spec",
-            &ScriptPlanner::new(c102_script()),
-            &ok_executor(),
-            &legacy,
-        )
-        .await
-        .unwrap();
+    // Resumes the run from a store that holds only `batch`.
+    let resume_from = |batch: Batch| async move {
+        let store = MemoryStore::new();
+        store.commit(batch).await.unwrap();
+        let planner = ScriptPlanner::new(c102_script());
+        let out = engine()
+            .resume("r-spec", &planner, &ok_executor(), &store)
+            .await;
+        (out, store)
+    };
+    let (out, legacy) = resume_from(as_stored(true)).await;
+    let out = out.unwrap();
     assert_eq!(out.status, "completed", "{out:?}");
     assert_eq!(legacy.get("r-spec").unwrap().spec, Some(spec("r-spec")));
 
     // With the spec nowhere, the run cannot be resumed and says why.
-    let lost = MemoryStore::new();
-    lost.commit(as_stored(false)).await.unwrap();
-    let err = engine()
-        .resume(
-            "r-spec",
-            &ScriptPlanner::new(c102_script()),
-            &ok_executor(),
-            &lost,
-        )
-        .await
-        .unwrap_err();
+    let err = resume_from(as_stored(false)).await.0.unwrap_err();
     assert!(err.to_string().contains("no spec on record"), "{err}");
 }
 

@@ -11,22 +11,9 @@ set -euo pipefail
 backend=$1
 bin=${2:-target/release/caseops}
 here=$(cd "$(dirname "$0")" && pwd)
-work=$(mktemp -d /tmp/caseops-series.XXXXXX)
-pg=${CASEOPS_SERIES_PG:-postgres://postgres@127.0.0.1:5432}
 dur=${CASEOPS_SERIES_SECONDS:-5}
-case $backend in
-  sqlite) db="sqlite://$work/caseops.db" ;;
-  postgres)
-    psql -q "$pg/postgres" -c "DROP DATABASE IF EXISTS caseops_series" -c "CREATE DATABASE caseops_series" >/dev/null
-    db="$pg/caseops_series" ;;
-  *) echo "usage: $0 sqlite|postgres [caseops]" >&2; exit 2 ;;
-esac
-"$bin" migrate --database "$db" >/dev/null
-"$bin" serve --database "$db" --listen 18080 --mcp-listen 18081 --log-level error >"$work/serve.log" 2>&1 &
-pid=$!
-trap 'kill $pid 2>/dev/null || true; wait $pid 2>/dev/null || true; rm -rf "$work"' EXIT
-for _ in $(seq 1 50); do curl -fs http://127.0.0.1:18080/health/ready >/dev/null 2>&1 && break; sleep 0.2; done
-api=(--api http://127.0.0.1:18080 --mcp http://127.0.0.1:18081/mcp)
+. "$here/fresh_server.sh"
+fresh_server "$backend" "$bin" caseops_series
 cpu() { awk '{print $14 + $15}' "/proc/$pid/stat"; }
 tick=$(getconf CLK_TCK)
 runs() { "$bin" bench "${api[@]}" --scenario agent-run --concurrency 1 --requests 1 --warmup 0 --json >/dev/null; }

@@ -1,0 +1,23 @@
+# Sourced by the load scripts: `fresh_server BACKEND BIN DBNAME` starts `caseops
+# serve` (ports 18080/18081) on a fresh database and sets `pid` (the server),
+# `work` (a scratch folder, removed on exit) and `api` (the bench's target flags).
+# PostgreSQL: database DBNAME on $CASEOPS_SERIES_PG (default
+# postgres://postgres@127.0.0.1:5432) is dropped and created.
+fresh_server() {
+  local backend=$1 bin=$2 name=$3 db
+  local pg=${CASEOPS_SERIES_PG:-postgres://postgres@127.0.0.1:5432}
+  work=$(mktemp -d "/tmp/$name.XXXXXX")
+  case $backend in
+    sqlite) db="sqlite://$work/caseops.db" ;;
+    postgres)
+      psql -q "$pg/postgres" -c "DROP DATABASE IF EXISTS $name" -c "CREATE DATABASE $name" >/dev/null
+      db="$pg/$name" ;;
+    *) echo "usage: $0 sqlite|postgres …" >&2; exit 2 ;;
+  esac
+  "$bin" migrate --database "$db" >/dev/null
+  "$bin" serve --database "$db" --listen 18080 --mcp-listen 18081 --log-level error >"$work/serve.log" 2>&1 &
+  pid=$!
+  trap 'kill $pid 2>/dev/null || true; wait $pid 2>/dev/null || true; rm -rf "$work"' EXIT
+  for _ in $(seq 1 50); do curl -fs http://127.0.0.1:18080/health/ready >/dev/null 2>&1 && break; sleep 0.2; done
+  api=(--api http://127.0.0.1:18080 --mcp http://127.0.0.1:18081/mcp)
+}

@@ -113,14 +113,10 @@ impl Statement {
         }
     }
 
-    /// PostgreSQL: `fence` (an `UPDATE` without `RETURNING`) and `parts` as one
-    /// statement, `WITH fence AS (… RETURNING 1 AS held), s0 AS (…), … SELECT held FROM fence`:
-    /// it returns one row when the fence matched. Parts that must depend on it say
-    /// so in their own `WHERE` (`EXISTS (SELECT 1 FROM fence)`); all of it is one
-    /// atomic statement and one round trip.
-    /// PostgreSQL: writes (`INSERT`/`UPDATE`/`DELETE` without `RETURNING`) as one
-    /// statement, `WITH s0 AS (…), … <last>`: one round trip instead of one each.
-    /// `None` for no statements.
+    /// PostgreSQL: independent writes (`INSERT`/`UPDATE`/`DELETE` without
+    /// `RETURNING`) as one statement, `WITH s0 AS (…), … <last>`: one round trip
+    /// instead of one each. The parts run in no set order and none sees another's
+    /// rows, so none may depend on another. `None` for no statements.
     pub fn chained(mut parts: Vec<Statement>) -> Option<Statement> {
         let last = parts.pop()?;
         if parts.is_empty() {
@@ -141,6 +137,11 @@ impl Statement {
         Some(Statement { sql, params })
     }
 
+    /// PostgreSQL: `fence` (an `UPDATE` without `RETURNING`) and `parts` as one
+    /// statement, `WITH fence AS (… RETURNING 1 AS held), s0 AS (…), … SELECT held FROM fence`:
+    /// it returns one row when the fence matched. Parts that must depend on it say
+    /// so in their own `WHERE` (`EXISTS (SELECT 1 FROM fence)`); all of it is one
+    /// atomic statement and one round trip.
     pub fn gated(fence: Statement, parts: Vec<Statement>) -> Statement {
         let mut sql = format!("WITH fence AS ({} RETURNING 1 AS held)", fence.sql);
         let mut params = fence.params;
@@ -691,5 +692,24 @@ mod tests {
              s1 AS (INSERT INTO b VALUES ($4, $5)) SELECT held FROM fence"
         );
         assert_eq!(gated.params, params![1, "r", 2, 3, "x"].to_vec());
+    }
+
+    #[test]
+    fn chained_writes_keep_their_parameters_in_placeholder_order() {
+        assert!(Statement::chained(Vec::new()).is_none());
+        let one = Statement::new("INSERT INTO a VALUES (?)", params![1]);
+        assert_eq!(Statement::chained(vec![one.clone()]), Some(one));
+        let chained = Statement::chained(vec![
+            Statement::new("INSERT INTO a VALUES (?, ?)", params![1, "r"]),
+            Statement::new("INSERT INTO b VALUES (?)", params![2]),
+            Statement::new("INSERT INTO c VALUES (?)", params!["x"]),
+        ])
+        .unwrap();
+        assert_eq!(
+            numbered(&chained.sql),
+            "WITH s0 AS (INSERT INTO a VALUES ($1, $2)), s1 AS (INSERT INTO b VALUES ($3)) \
+             INSERT INTO c VALUES ($4)"
+        );
+        assert_eq!(chained.params, params![1, "r", 2, "x"].to_vec());
     }
 }

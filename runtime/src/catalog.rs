@@ -38,14 +38,6 @@ impl Catalog {
         &self.0.names
     }
 
-    pub fn len(&self) -> usize {
-        self.0.names.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.0.names.is_empty()
-    }
-
     pub fn contains(&self, tool: &str) -> bool {
         // A short list is faster to scan than to hash into a set.
         if self.0.names.len() <= 16 {

@@ -2,7 +2,7 @@
 //! transaction per commit point (checkpoints, ledger rows, run record, and at the
 //! terminal state the audit and outbox events too).
 
-use super::sql::{Row, Statement};
+use super::sql::{Row, Statement, Tx};
 use super::{Db, DbError, Dialect, audit, now_ms};
 use crate::params;
 use caseops_runtime::store::{Batch, StoreError, StoredRun};
@@ -905,20 +905,9 @@ impl SqlRunStore {
             let mut events = Vec::new();
             let mut head = audit::ChainHead::default();
             if let Some(asked) = &batch.approval {
-                let run = tx
-                    .fetch_optional(
-                        &format!(
-                            "SELECT tenant_id, actor{} FROM runs WHERE run_id = ?",
-                            audit::lock_column(db.dialect)
-                        ),
-                        &params![&batch.run_id],
-                    )
-                    .await?
-                    .ok_or_else(|| DbError::LeaseLost {
-                        run_id: batch.run_id.clone(),
-                    })?;
+                let run =
+                    run_facts(db, &mut tx, &mut head, &batch.run_id, "tenant_id, actor").await?;
                 let (tenant, actor): (String, String) = (run.get("tenant_id")?, run.get("actor")?);
-                head.hold(&tenant);
                 events.push(super::approvals::insert(
                     asked,
                     &tenant,
@@ -951,20 +940,9 @@ impl SqlRunStore {
                 );
             }
             if !effects.is_empty() {
-                let tenant: String = tx
-                    .fetch_optional(
-                        &format!(
-                            "SELECT tenant_id{} FROM runs WHERE run_id = ?",
-                            audit::lock_column(db.dialect)
-                        ),
-                        &params![&batch.run_id],
-                    )
+                let tenant: String = run_facts(db, &mut tx, &mut head, &batch.run_id, "tenant_id")
                     .await?
-                    .ok_or_else(|| DbError::LeaseLost {
-                        run_id: batch.run_id.clone(),
-                    })?
                     .get("tenant_id")?;
-                head.hold(&tenant);
                 for row in &effects {
                     let data = serde_json::json!({
                         "run_id": row.run_id,
@@ -993,24 +971,19 @@ impl SqlRunStore {
                 }
             }
             if let Some(outcome) = &batch.outcome {
-                let run = tx
-                    .fetch_optional(
-                        &format!(
-                            "SELECT tenant_id, resource_id, actor, request_id{} FROM runs WHERE run_id = ?",
-                            audit::lock_column(db.dialect)
-                        ),
-                        &params![&batch.run_id],
-                    )
-                    .await?
-                    .ok_or_else(|| DbError::LeaseLost {
-                        run_id: batch.run_id.clone(),
-                    })?;
+                let run = run_facts(
+                    db,
+                    &mut tx,
+                    &mut head,
+                    &batch.run_id,
+                    "tenant_id, resource_id, actor, request_id",
+                )
+                .await?;
                 let (tenant, resource, actor): (String, String, String) = (
                     run.get("tenant_id")?,
                     run.get("resource_id")?,
                     run.get("actor")?,
                 );
-                head.hold(&tenant);
                 let request_id: Option<String> = run.get("request_id")?;
                 let who = audit::Who {
                     tenant: &tenant,
@@ -1213,6 +1186,31 @@ impl RunStore for SqlRunStore {
             approval,
         }))
     }
+}
+
+/// The run's `columns` (`tenant_id` among them), read inside a commit's
+/// transaction before it appends to the tenant's audit chain: on PostgreSQL the
+/// same statement takes the chain's lock ([`audit::LOCK`]). No row: the run is
+/// not this driver's any more.
+async fn run_facts(
+    db: &Db,
+    tx: &mut Tx,
+    head: &mut audit::ChainHead,
+    run_id: &str,
+    columns: &str,
+) -> Result<Row, DbError> {
+    let sql = format!(
+        "SELECT {columns}{} FROM runs WHERE run_id = ?",
+        audit::lock_column(db.dialect)
+    );
+    let row = tx
+        .fetch_optional(&sql, &params![run_id])
+        .await?
+        .ok_or_else(|| DbError::LeaseLost {
+            run_id: run_id.to_string(),
+        })?;
+    head.hold(&row.get::<String>("tenant_id")?);
+    Ok(row)
 }
 
 fn is_conflict(e: &DbError) -> bool {

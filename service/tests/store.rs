@@ -544,6 +544,75 @@ async fn concurrent_runs_on_one_database_all_complete_and_keep_one_audit_chain()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn events_appended_by_every_path_and_by_an_earlier_version_form_one_chain() {
+    for (backend, url) in fresh_databases("chainpaths").await {
+        let (db, store, direct) = setup(&url).await;
+        let engine = Engine::<Bundle>::new().unwrap();
+        // Created and ended by one store: on PostgreSQL each event is appended and
+        // hashed by the database in the statement that writes it. The goal puts
+        // what JSON escapes and multi-byte UTF-8 into the hashed payload.
+        let mut tricky = new_run("r1", "key-paths-1", "h");
+        tricky.spec.goal = "check «Ü» \"quoted\"\nnext line \\ tab\t ✓".into();
+        store.allocate(&tricky).await.unwrap();
+        let out = engine
+            .start(tricky.spec.clone(), &ConformancePlanner, &direct, &store)
+            .await
+            .unwrap();
+        assert_eq!(out.status, "completed", "{backend}");
+        // Ended by another process (it read the run's facts in its transaction).
+        let creator = SqlRunStore::new(db.clone()).with_lease_ms(0);
+        creator
+            .allocate(&new_run("r2", "key-paths-2", "h"))
+            .await
+            .unwrap();
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        let other = SqlRunStore::new(db.clone());
+        assert!(other.claim("r2").await.unwrap(), "{backend}");
+        let out = engine
+            .start(spec("r2"), &ConformancePlanner, &direct, &other)
+            .await
+            .unwrap();
+        assert_eq!(out.status, "completed", "{backend}");
+        // An application's own fact, in a transaction of its own.
+        audit::append_event(
+            &db,
+            "tenant-demo",
+            "r2",
+            "note.added",
+            "note.added.v1",
+            "notes/1",
+            &serde_json::json!({"text": "é"}),
+        )
+        .await
+        .unwrap();
+        // An append by a version before the chain head had a row of its own: it
+        // reads the head from the events and inserts only the event.
+        let last = audit::latest(&db, "tenant-demo", 1).await.unwrap();
+        let (seq, prev) = (last[0].seq + 1, last[0].hash.clone());
+        let payload = serde_json::json!({"by": "an earlier version"});
+        let hash = audit::event_hash(&prev, seq, "note.added", "r2", &payload);
+        db.execute(
+            "INSERT INTO audit_events (tenant_id, seq, event_id, run_id, kind, payload, prev_hash, hash, at_ms) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            &caseops_host::params!["tenant-demo", seq, "ev-earlier", "r2", "note.added", payload.to_string(), &prev, &hash, 0],
+        )
+        .await
+        .unwrap();
+        // Appends after it link to it.
+        store
+            .allocate(&new_run("r3", "key-paths-3", "h"))
+            .await
+            .unwrap();
+        let out = engine
+            .start(spec("r3"), &ConformancePlanner, &direct, &store)
+            .await
+            .unwrap();
+        assert_eq!(out.status, "completed", "{backend}");
+        let v = audit::verify(&db).await.unwrap();
+        assert_eq!((v.events, v.problems.len()), (8, 0), "{backend}: {v:?}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_run_is_not_taken_over_while_a_long_call_keeps_its_lease_alive() {
     for (backend, url) in fresh_databases("heartbeat").await {
         let (db, store, _) = setup(&url).await;

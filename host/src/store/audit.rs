@@ -87,6 +87,15 @@ pub(crate) async fn terminal_events(
     names: &EventNames,
     outcome: &Outcome,
 ) -> Result<[Statement; 2], DbError> {
+    chain_events(db, tx, head, &terminal_event(who, names, outcome)).await
+}
+
+/// The terminal `agent.run` event of a run that ended with `outcome`.
+pub(crate) fn terminal_event<'a>(
+    who: &Who<'a>,
+    names: &EventNames,
+    outcome: &'a Outcome,
+) -> Event<'a> {
     let mut payload = json!({
         "run_id": outcome.run_id,
         "actor": who.actor,
@@ -107,14 +116,17 @@ pub(crate) async fn terminal_events(
         "provenance": outcome.provenance,
     });
     data[names.resource_key] = json!(who.resource_id);
-    let fact = Fact {
-        tenant: who.tenant,
-        run_id: &outcome.run_id,
-        kind: RUN_EVENT,
-        topic: &names.completed_topic,
-        subject: format!("agent-runs/{}", outcome.run_id),
-    };
-    chain_events(db, tx, head, &fact, &payload, data).await
+    Event {
+        fact: Fact {
+            tenant: who.tenant,
+            run_id: &outcome.run_id,
+            kind: RUN_EVENT,
+            topic: names.completed_topic.clone(),
+            subject: format!("agent-runs/{}", outcome.run_id),
+        },
+        payload,
+        data,
+    }
 }
 
 /// The audit kind of a run's first event.
@@ -122,33 +134,49 @@ pub const RUN_STARTED_EVENT: &str = "agent.run.started";
 
 /// Appends a run's first event (who started it, on what, with which goal), for the
 /// transaction that creates the run.
-#[allow(clippy::too_many_arguments)]
 pub(crate) async fn started_events(
     db: &Db,
     tx: &mut Tx,
     head: &mut ChainHead,
     who: &Who<'_>,
     names: &EventNames,
-    run_id: &str,
-    goal: &str,
-    planner: &str,
+    started: &Started<'_>,
 ) -> Result<[Statement; 2], DbError> {
+    chain_events(db, tx, head, &started_event(who, names, started)).await
+}
+
+/// What a run started with, for its first event.
+pub(crate) struct Started<'a> {
+    pub run_id: &'a str,
+    pub goal: &'a str,
+    pub planner: &'a str,
+}
+
+/// A run's first event.
+pub(crate) fn started_event<'a>(
+    who: &Who<'a>,
+    names: &EventNames,
+    started: &Started<'a>,
+) -> Event<'a> {
     let mut data = json!({
-        "run_id": run_id,
+        "run_id": started.run_id,
         "actor": who.actor,
         "request_id": who.request_id,
-        "goal": goal,
-        "planner": planner,
+        "goal": started.goal,
+        "planner": started.planner,
     });
     data[names.resource_key] = json!(who.resource_id);
-    let fact = Fact {
-        tenant: who.tenant,
-        run_id,
-        kind: RUN_STARTED_EVENT,
-        topic: &names.started_topic(),
-        subject: format!("agent-runs/{run_id}"),
-    };
-    chain_events(db, tx, head, &fact, &data.clone(), data).await
+    Event {
+        fact: Fact {
+            tenant: who.tenant,
+            run_id: started.run_id,
+            kind: RUN_STARTED_EVENT,
+            topic: names.started_topic(),
+            subject: format!("agent-runs/{}", started.run_id),
+        },
+        payload: data.clone(),
+        data,
+    }
 }
 
 /// Appends an event about a fact other than a run's start or end (an approval asked
@@ -167,14 +195,18 @@ pub(crate) async fn fact_events(
     subject: String,
     payload: &Value,
 ) -> Result<[Statement; 2], DbError> {
-    let fact = Fact {
-        tenant,
-        run_id,
-        kind,
-        topic,
-        subject,
+    let event = Event {
+        fact: Fact {
+            tenant,
+            run_id,
+            kind,
+            topic: topic.to_string(),
+            subject,
+        },
+        payload: payload.clone(),
+        data: payload.clone(),
     };
-    chain_events(db, tx, head, &fact, payload, payload.clone()).await
+    chain_events(db, tx, head, &event).await
 }
 
 /// Records a fact of the application's own (not one the host writes itself) in the
@@ -249,12 +281,20 @@ fn lock_key(tenant: &str) -> String {
 
 /// Where an event goes: the tenant's chain (as `kind`) and the outbox (as `topic`,
 /// about `subject`).
-struct Fact<'a> {
+pub(crate) struct Fact<'a> {
     tenant: &'a str,
     run_id: &'a str,
     kind: &'a str,
-    topic: &'a str,
+    topic: String,
     subject: String,
+}
+
+/// One event to append: the chain's `payload` (what its hash covers) and the
+/// outbox event's `data`.
+pub(crate) struct Event<'a> {
+    fact: Fact<'a>,
+    payload: Value,
+    data: Value,
 }
 
 /// Reads the tenant's chain head inside `tx` and returns the audit insert that links
@@ -266,10 +306,9 @@ async fn chain_events(
     db: &Db,
     tx: &mut Tx,
     head: &mut ChainHead,
-    fact: &Fact<'_>,
-    payload: &Value,
-    data: Value,
+    event: &Event<'_>,
 ) -> Result<[Statement; 2], DbError> {
+    let (fact, payload) = (&event.fact, &event.payload);
     let tenant = fact.tenant;
     let (prev_seq, prev_hash) = match &head.last {
         // An earlier append of this transaction: its inserts have not run yet.
@@ -304,8 +343,14 @@ async fn chain_events(
     head.last = Some((tenant.to_string(), seq, hash.clone()));
     let now = now_ms();
     let event_id = uuid::Uuid::new_v4().to_string();
-    let envelope =
-        crate::event_types::envelope(&event_id, fact.topic, &fact.subject, tenant, now, data);
+    let envelope = crate::event_types::envelope(
+        &event_id,
+        &fact.topic,
+        &fact.subject,
+        tenant,
+        now,
+        event.data.clone(),
+    );
     Ok([
         Statement::new(
             "INSERT INTO audit_events (tenant_id, seq, event_id, run_id, kind, payload, prev_hash, hash, at_ms) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
@@ -327,13 +372,84 @@ async fn chain_events(
                 &event_id,
                 tenant,
                 fact.run_id,
-                fact.topic,
+                &fact.topic,
                 envelope.to_string(),
                 now,
                 seq
             ],
         ),
     ])
+}
+
+/// PostgreSQL: the parts of one statement (see [`Statement::with`]) that append
+/// `event` to its tenant's chain and the outbox when `gate` holds (a condition on
+/// earlier parts, such as `EXISTS (SELECT 1 FROM fence)`), named `audit_head`,
+/// `audit_event` and `audit_outbox`. The first takes the chain's lock and advances
+/// `audit_heads` (migration 1007): its `ON CONFLICT DO UPDATE` works on the head's
+/// newest committed version, which no read in a statement that began before the
+/// lock could see, and the database hashes the event onto it exactly as
+/// [`event_hash`] does. One round trip where [`chain_events`] needs a transaction
+/// of three or more; one event per tenant per statement (the head is one row).
+pub(crate) fn appended(event: &Event<'_>, gate: &str) -> Vec<(String, Statement)> {
+    let fact = &event.fact;
+    let tenant = fact.tenant;
+    // `event_hash`'s text after the predecessor's hash and the sequence number.
+    let tail = format!(
+        "{}\n{}\n{}",
+        fact.kind,
+        fact.run_id,
+        canonical_json(&event.payload)
+    );
+    let first = event_hash(GENESIS, 1, fact.kind, fact.run_id, &event.payload);
+    let now = now_ms();
+    let event_id = uuid::Uuid::new_v4().to_string();
+    let envelope = crate::event_types::envelope(
+        &event_id,
+        &fact.topic,
+        &fact.subject,
+        tenant,
+        now,
+        event.data.clone(),
+    );
+    let head = Statement::new(
+        format!(
+            "INSERT INTO audit_heads AS h (tenant_id, seq, prev_hash, hash) \
+             SELECT ?, 1, ?, ? FROM (SELECT pg_advisory_xact_lock(hashtext(?))) AS chain_lock WHERE {gate} \
+             ON CONFLICT (tenant_id) DO UPDATE SET seq = h.seq + 1, prev_hash = h.hash, \
+             hash = encode(sha256(convert_to(h.hash || chr(10) || (h.seq + 1)::text || chr(10) || ?, 'UTF8')), 'hex') \
+             RETURNING seq, prev_hash, hash"
+        ),
+        params![tenant, GENESIS, first, lock_key(tenant), tail],
+    );
+    let audit = Statement::new(
+        "INSERT INTO audit_events (tenant_id, seq, event_id, run_id, kind, payload, prev_hash, hash, at_ms) \
+         SELECT ?, seq, ?, ?, ?, ?, prev_hash, hash, ? FROM audit_head",
+        params![
+            tenant,
+            uuid::Uuid::new_v4().to_string(),
+            fact.run_id,
+            fact.kind,
+            event.payload.to_string(),
+            now
+        ],
+    );
+    let outbox = Statement::new(
+        "INSERT INTO outbox_events (event_id, tenant_id, run_id, topic, payload, created_at, seq) \
+         SELECT ?, ?, ?, ?, ?, ?, seq FROM audit_head",
+        params![
+            &event_id,
+            tenant,
+            fact.run_id,
+            &fact.topic,
+            envelope.to_string(),
+            now
+        ],
+    );
+    vec![
+        ("audit_head".to_string(), head),
+        ("audit_event".to_string(), audit),
+        ("audit_outbox".to_string(), outbox),
+    ]
 }
 
 /// One event of a tenant's chain, as a reader lists it.

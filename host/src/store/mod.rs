@@ -201,6 +201,12 @@ pub const HOST_MIGRATIONS: &[Migration] = &[
         sqlite: include_str!("../../migrations/sqlite/1006_run_snapshot.sql"),
         postgres: include_str!("../../migrations/postgres/1006_run_snapshot.sql"),
     },
+    Migration {
+        version: 1007,
+        description: "audit heads",
+        sqlite: include_str!("../../migrations/sqlite/1007_audit_heads.sql"),
+        postgres: include_str!("../../migrations/postgres/1007_audit_heads.sql"),
+    },
 ];
 
 const HOST_TABLES: &[&str] = &[
@@ -646,8 +652,11 @@ mod tests {
     #[test]
     fn application_migrations_follow_the_hosts_in_version_order() {
         let order: Vec<i64> = migrations(&NOTES).iter().map(|m| m.version).collect();
-        assert_eq!(order, [1, 3, 4, 5, 1000, 1001, 1003, 1004, 1005, 1006]);
-        assert_eq!(latest(&NOTES), 1006);
+        assert_eq!(
+            order,
+            [1, 3, 4, 5, 1000, 1001, 1003, 1004, 1005, 1006, 1007]
+        );
+        assert_eq!(latest(&NOTES), 1007);
     }
 
     #[tokio::test]

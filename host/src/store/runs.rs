@@ -8,6 +8,8 @@ use crate::params;
 use caseops_runtime::store::{Batch, StoreError, StoredRun};
 use caseops_runtime::{CallStatus, Checkpoint, LedgerRow, Outcome, RunSpec, RunStore};
 use serde_json::Value;
+use std::collections::HashMap;
+use std::sync::Arc;
 use tracing::Instrument;
 
 /// A run as the API shows it.
@@ -218,6 +220,50 @@ pub struct SqlRunStore {
     signals: Option<RunSignals>,
     /// How terminal audit and outbox events name the run's resource.
     events: audit::EventNames,
+    facts: RunFacts,
+}
+
+/// Who each run this process created is about, kept until the run ends (or parks,
+/// or is lost), so that its terminal commit need not read them back: on PostgreSQL
+/// that commit is then one statement. A run it does not hold (created elsewhere,
+/// or past the bound) is committed the longer way, which reads them.
+#[derive(Debug, Clone, Default)]
+struct RunFacts(Arc<std::sync::Mutex<HashMap<String, Facts>>>);
+
+#[derive(Debug, Clone)]
+struct Facts {
+    tenant: String,
+    resource_id: String,
+    actor: String,
+    request_id: Option<String>,
+}
+
+/// Runs in flight in one process stay far below this; past it, runs are simply
+/// not remembered.
+const REMEMBERED_RUNS: usize = 4096;
+
+impl RunFacts {
+    fn remember(&self, run_id: &str, who: &audit::Who<'_>) {
+        let mut facts = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        if facts.len() < REMEMBERED_RUNS {
+            facts.insert(
+                run_id.to_string(),
+                Facts {
+                    tenant: who.tenant.to_string(),
+                    resource_id: who.resource_id.to_string(),
+                    actor: who.actor.to_string(),
+                    request_id: who.request_id.map(str::to_string),
+                },
+            );
+        }
+    }
+
+    fn take(&self, run_id: &str) -> Option<Facts> {
+        self.0
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(run_id)
+    }
 }
 
 /// Default lease. A driver renews its lease every third of it (and at every commit),
@@ -308,6 +354,7 @@ impl SqlRunStore {
             lease_ms: DEFAULT_LEASE_MS,
             signals: None,
             events: audit::EventNames::default(),
+            facts: RunFacts::default(),
         }
     }
 
@@ -571,8 +618,6 @@ impl SqlRunStore {
     pub async fn create(&self, new: &NewRun) -> Result<Allocation, DbError> {
         let now = now_ms();
         let spec = serde_json::to_string(&new.spec).expect("specs serialize");
-        // The run and its `started` event commit together, or neither does.
-        let mut tx = self.db.begin_lazy_write().await?;
         let insert = Statement::new(
             "INSERT INTO runs (run_id, tenant_id, resource_id, actor, idempotency_key, request_hash, request_id, goal, planner_kind, model, status, state, step_count, spec, bundle_digest, created_at, updated_at, lease_owner, lease_expires_at) \
              VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 'running', 'created', 0, ?, ?, ?, ?, ?, ?) ON CONFLICT (tenant_id, idempotency_key) DO NOTHING",
@@ -595,45 +640,59 @@ impl SqlRunStore {
                 now + self.lease_ms
             ],
         );
-        let mut head = audit::ChainHead::default();
-        let pg = self.db.dialect == Dialect::Postgres;
-        let inserted = if pg {
-            // The row inserted takes the tenant chain's lock for the append below.
-            let sql = format!("{} RETURNING {}", insert.sql, audit::LOCK);
-            let n = tx.fetch_all(&sql, &insert.params).await?.len();
-            head.hold(&new.spec.tenant_id);
-            n
-        } else {
-            tx.execute(&insert.sql, &insert.params).await? as usize
+        let who = audit::Who {
+            tenant: &new.spec.tenant_id,
+            resource_id: &new.spec.resource_id,
+            actor: &new.actor,
+            request_id: new.request_id.as_deref(),
+        };
+        let started = audit::Started {
+            run_id: &new.spec.run_id,
+            goal: &new.spec.goal,
+            planner: &new.planner_kind,
+        };
+        // The run and its `started` event commit together, or neither does.
+        let inserted = match self.db.dialect {
+            // One statement: the event is appended only if the row was inserted.
+            Dialect::Postgres => {
+                let event = audit::started_event(&who, &self.events, &started);
+                let mut parts = vec![(
+                    "run".to_string(),
+                    Statement::new(format!("{} RETURNING run_id", insert.sql), insert.params),
+                )];
+                parts.extend(audit::appended(&event, "EXISTS (SELECT 1 FROM run)"));
+                let created =
+                    Statement::with(parts, Statement::new("SELECT run_id FROM run", Vec::new()));
+                self.db
+                    .write_returning(&created.sql, &created.params)
+                    .await?
+                    .len()
+            }
+            Dialect::Sqlite => {
+                let mut tx = self.db.begin_lazy_write().await?;
+                let inserted = tx.execute(&insert.sql, &insert.params).await? as usize;
+                if inserted == 1 {
+                    let mut head = audit::ChainHead::default();
+                    let events = audit::started_events(
+                        &self.db,
+                        &mut tx,
+                        &mut head,
+                        &who,
+                        &self.events,
+                        &started,
+                    )
+                    .await?;
+                    for e in &events {
+                        tx.execute(&e.sql, &e.params).await?;
+                    }
+                }
+                tx.commit().await?;
+                inserted
+            }
         };
         if inserted == 1 {
-            let who = audit::Who {
-                tenant: &new.spec.tenant_id,
-                resource_id: &new.spec.resource_id,
-                actor: &new.actor,
-                request_id: new.request_id.as_deref(),
-            };
-            let events = audit::started_events(
-                &self.db,
-                &mut tx,
-                &mut head,
-                &who,
-                &self.events,
-                &new.spec.run_id,
-                &new.spec.goal,
-                &new.planner_kind,
-            )
-            .await?;
-            if pg {
-                let both = Statement::chained(events.into()).expect("two events");
-                tx.execute(&both.sql, &both.params).await?;
-            } else {
-                for e in &events {
-                    tx.execute(&e.sql, &e.params).await?;
-                }
-            }
+            self.facts.remember(&new.spec.run_id, &who);
         }
-        tx.commit().await?;
         if inserted == 1 {
             // This request created it: the record is what was just written.
             return Ok(Allocation::New(RunRecord {
@@ -887,14 +946,48 @@ impl SqlRunStore {
                     && self.events.write_tools.contains(&r.tool_name.as_str())
             })
             .collect();
+        // A run that ends or parks here is forgotten either way.
+        let facts = (batch.outcome.is_some() || batch.approval.is_some())
+            .then(|| self.facts.take(&batch.run_id))
+            .flatten();
         let held = if db.dialect == Dialect::Postgres
-            && !flush
-            && batch.outcome.is_none()
+            && batch.approval.is_none()
             && effects.is_empty()
+            && (batch.outcome.is_none() || facts.is_some())
         {
-            // One statement, atomic on its own: one round trip, and lazy by the
-            // connection's default (see `sql.rs`).
-            let gated = Statement::gated(fence, self.batch_statements(&batch, PG_GATE));
+            // One statement, atomic on its own: one round trip.
+            let mut parts: Vec<(String, Statement)> = self
+                .batch_statements(&batch, PG_GATE)
+                .into_iter()
+                .enumerate()
+                .map(|(i, part)| (format!("s{i}"), part))
+                .collect();
+            if let (Some(outcome), Some(facts)) = (&batch.outcome, &facts) {
+                let who = audit::Who {
+                    tenant: &facts.tenant,
+                    resource_id: &facts.resource_id,
+                    actor: &facts.actor,
+                    request_id: facts.request_id.as_deref(),
+                };
+                let event = audit::terminal_event(&who, &self.events, outcome);
+                parts.extend(audit::appended(&event, PG_GATE));
+            }
+            // Lazy by the connection's default (see `sql.rs`), unless this commit
+            // must be flushed: then the statement turns flushing on for its own
+            // implicit transaction, whose commit reads the setting as it ends.
+            let join = if flush {
+                parts.push((
+                    "durable".to_string(),
+                    Statement::new(
+                        "SELECT set_config('synchronous_commit', 'on', true) AS durable",
+                        Vec::new(),
+                    ),
+                ));
+                ", durable"
+            } else {
+                ""
+            };
+            let gated = Statement::gated_named(fence, parts, join);
             db.write_returning(&gated.sql, &gated.params).await?.len()
         } else {
             let mut tx = if flush {

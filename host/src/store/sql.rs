@@ -122,19 +122,12 @@ impl Statement {
         if parts.is_empty() {
             return Some(last);
         }
-        let mut sql = String::from("WITH ");
-        let mut params = Vec::new();
-        for (i, part) in parts.into_iter().enumerate() {
-            if i > 0 {
-                sql.push_str(", ");
-            }
-            sql.push_str(&format!("s{i} AS ({})", part.sql));
-            params.extend(part.params);
-        }
-        sql.push(' ');
-        sql.push_str(&last.sql);
-        params.extend(last.params);
-        Some(Statement { sql, params })
+        let named = parts
+            .into_iter()
+            .enumerate()
+            .map(|(i, part)| (format!("s{i}"), part))
+            .collect();
+        Some(Statement::with(named, last))
     }
 
     /// PostgreSQL: `fence` (an `UPDATE` without `RETURNING`) and `parts` as one
@@ -143,13 +136,43 @@ impl Statement {
     /// so in their own `WHERE` (`EXISTS (SELECT 1 FROM fence)`); all of it is one
     /// atomic statement and one round trip.
     pub fn gated(fence: Statement, parts: Vec<Statement>) -> Statement {
-        let mut sql = format!("WITH fence AS ({} RETURNING 1 AS held)", fence.sql);
-        let mut params = fence.params;
-        for (i, part) in parts.into_iter().enumerate() {
-            sql.push_str(&format!(", s{i} AS ({})", part.sql));
+        let named = parts
+            .into_iter()
+            .enumerate()
+            .map(|(i, part)| (format!("s{i}"), part))
+            .collect();
+        Statement::gated_named(fence, named, "")
+    }
+
+    /// [`Statement::gated`] with named parts, each of which may read what an earlier
+    /// one returns (`FROM name`), and `join` (`, name` or nothing) added to the final
+    /// `FROM fence`: a part that writes nothing runs only if the final select reads it.
+    pub fn gated_named(fence: Statement, parts: Vec<(String, Statement)>, join: &str) -> Statement {
+        let fence = Statement::new(format!("{} RETURNING 1 AS held", fence.sql), fence.params);
+        let mut named = vec![("fence".to_string(), fence)];
+        named.extend(parts);
+        Statement::with(
+            named,
+            Statement::new(format!("SELECT held FROM fence{join}"), Vec::new()),
+        )
+    }
+
+    /// PostgreSQL: `WITH name AS (…), … <last>`, parameters in placeholder order.
+    /// Data-modifying parts all run, on one snapshot, in no set order; a part sees
+    /// another's rows only through what that one returns (`FROM name`).
+    pub fn with(parts: Vec<(String, Statement)>, last: Statement) -> Statement {
+        let mut sql = String::from("WITH ");
+        let mut params = Vec::new();
+        for (i, (name, part)) in parts.into_iter().enumerate() {
+            if i > 0 {
+                sql.push_str(", ");
+            }
+            sql.push_str(&format!("{name} AS ({})", part.sql));
             params.extend(part.params);
         }
-        sql.push_str(" SELECT held FROM fence");
+        sql.push(' ');
+        sql.push_str(&last.sql);
+        params.extend(last.params);
         Statement { sql, params }
     }
 }

@@ -1,0 +1,4 @@
+-- PostgreSQL only: `audit_heads` lets an append read and advance its tenant's chain
+-- head in one statement there. SQLite's writer holds the database for the whole
+-- transaction and its statements cost no round trip, so appends read the head
+-- from `audit_events` as before. This version keeps the two dialects' numbering equal.

@@ -521,15 +521,20 @@ async fn start_run(
         bundle_digest: state.contract.bundle_digest.into(),
     };
     let started = std::time::Instant::now();
-    // A replay is answered from one read, here: nothing to write, nothing that a
-    // client going away could interrupt.
-    let known = match state
-        .runs
-        .by_key(&new.spec.tenant_id, &new.idempotency_key)
-        .await
-    {
-        Ok(k) => k,
-        Err(e) => return unavailable(e),
+    // On SQLite a replay is answered from one read, here: nothing to write (its one
+    // writer stays free), nothing that a client going away could interrupt. On
+    // PostgreSQL the statement that creates a run finds an existing one itself
+    // (`create`), which spares every new run this read's round trip.
+    let known = match state.runs.db.dialect {
+        crate::store::Dialect::Postgres => None,
+        crate::store::Dialect::Sqlite => match state
+            .runs
+            .by_key(&new.spec.tenant_id, &new.idempotency_key)
+            .await
+        {
+            Ok(k) => k,
+            Err(e) => return unavailable(e),
+        },
     };
     if let Some(r) = &known {
         if r.request_hash != new.request_hash {

@@ -3,6 +3,7 @@
 
 use caseops_host::api::Resources;
 use caseops_host::params;
+use caseops_host::store::sql::Row;
 use caseops_host::store::{AppSchema, Db, DbError, Migration};
 use caseops_runtime::ToolError;
 
@@ -130,26 +131,115 @@ fn transition_from(
     })
 }
 
+const CASE_COLUMNS: &str = "c.version, c.status, c.policy_id, c.policy_version, c.received_codes";
+
+fn case_from(tenant: &str, case_id: &str, r: &Row) -> Result<Case, ToolError> {
+    let received: String = r.get("received_codes").map_err(unavailable)?;
+    Ok(Case {
+        tenant_id: tenant.into(),
+        case_id: case_id.into(),
+        version: r.get("version").map_err(unavailable)?,
+        status: r.get("status").map_err(unavailable)?,
+        policy_id: r.get("policy_id").map_err(unavailable)?,
+        policy_version: r.get("policy_version").map_err(unavailable)?,
+        received_codes: serde_json::from_str(&received).map_err(|_| corrupt("case"))?,
+    })
+}
+
 fn corrupt(what: &str) -> ToolError {
     ToolError::transient("STORE_CORRUPT", format!("unreadable {what} row"))
 }
 
 impl CaseRepository for SqlRepository {
     async fn case(&self, tenant: &str, case_id: &str) -> Result<Option<Case>, ToolError> {
-        let row = self.db.fetch_optional("SELECT version, status, policy_id, policy_version, received_codes FROM cases WHERE tenant_id = ? AND case_id = ?", &params![tenant, case_id])
+        let row = self
+            .db
+            .fetch_optional(
+                &format!(
+                    "SELECT {CASE_COLUMNS} FROM cases c WHERE c.tenant_id = ? AND c.case_id = ?"
+                ),
+                &params![tenant, case_id],
+            )
+            .await
+            .map_err(unavailable)?;
+        row.map(|r| case_from(tenant, case_id, &r)).transpose()
+    }
+
+    // The case and what a tool reads with it, each in one statement (a join) instead
+    // of two: on PostgreSQL every statement is a round trip.
+    async fn case_policy(
+        &self,
+        tenant: &str,
+        case_id: &str,
+    ) -> Result<Option<(Case, Option<ClaimPolicy>)>, ToolError> {
+        let row = self
+            .db
+            .fetch_optional(
+                &format!(
+                    "SELECT {CASE_COLUMNS}, p.required FROM cases c LEFT JOIN claim_policies p \
+                     ON p.tenant_id = c.tenant_id AND p.policy_id = c.policy_id AND p.version = c.policy_version \
+                     WHERE c.tenant_id = ? AND c.case_id = ?"
+                ),
+                &params![tenant, case_id],
+            )
             .await
             .map_err(unavailable)?;
         let Some(r) = row else { return Ok(None) };
-        let received: String = r.get("received_codes").map_err(unavailable)?;
-        Ok(Some(Case {
-            tenant_id: tenant.into(),
-            case_id: case_id.into(),
-            version: r.get("version").map_err(unavailable)?,
-            status: r.get("status").map_err(unavailable)?,
-            policy_id: r.get("policy_id").map_err(unavailable)?,
-            policy_version: r.get("policy_version").map_err(unavailable)?,
-            received_codes: serde_json::from_str(&received).map_err(|_| corrupt("case"))?,
-        }))
+        let case = case_from(tenant, case_id, &r)?;
+        let required: Option<String> = r.get("required").map_err(unavailable)?;
+        let policy = required
+            .map(|required| {
+                Ok::<_, ToolError>(ClaimPolicy {
+                    tenant_id: tenant.into(),
+                    policy_id: case.policy_id.clone(),
+                    version: case.policy_version.clone(),
+                    required: serde_json::from_str(&required).map_err(|_| corrupt("policy"))?,
+                })
+            })
+            .transpose()?;
+        Ok(Some((case, policy)))
+    }
+
+    async fn case_documents(
+        &self,
+        tenant: &str,
+        case_id: &str,
+    ) -> Result<Option<(Case, Vec<SourceDocument>)>, ToolError> {
+        let rows = self
+            .db
+            .fetch_all(
+                &format!(
+                    "SELECT {CASE_COLUMNS}, d.document_id, d.label, d.code, d.evidence_ref FROM cases c \
+                     LEFT JOIN source_documents d ON d.tenant_id = c.tenant_id AND d.case_id = c.case_id \
+                     WHERE c.tenant_id = ? AND c.case_id = ? ORDER BY d.document_id"
+                ),
+                &params![tenant, case_id],
+            )
+            .await
+            .map_err(unavailable)?;
+        let Some(first) = rows.first() else {
+            return Ok(None);
+        };
+        let case = case_from(tenant, case_id, first)?;
+        let mut documents = Vec::with_capacity(rows.len());
+        for r in &rows {
+            // A case without documents is one row whose document columns are NULL.
+            let Some(document_id) = r
+                .get::<Option<String>>("document_id")
+                .map_err(unavailable)?
+            else {
+                continue;
+            };
+            documents.push(SourceDocument {
+                tenant_id: tenant.into(),
+                case_id: case_id.into(),
+                document_id,
+                label: r.get("label").map_err(unavailable)?,
+                code: r.get("code").map_err(unavailable)?,
+                evidence_ref: r.get("evidence_ref").map_err(unavailable)?,
+            });
+        }
+        Ok(Some((case, documents)))
     }
 
     async fn policy(

@@ -66,6 +66,37 @@ pub trait CaseRepository: Send + Sync {
         tenant: &str,
         label: &str,
     ) -> impl Future<Output = Result<Option<AliasRule>, ToolError>> + Send;
+    /// The case and its policy (`None` beside the case when the policy is missing).
+    /// A repository that can read both at once (one SQL join) says so here.
+    fn case_policy(
+        &self,
+        tenant: &str,
+        case_id: &str,
+    ) -> impl Future<Output = Result<Option<(Case, Option<ClaimPolicy>)>, ToolError>> + Send {
+        async move {
+            let Some(case) = self.case(tenant, case_id).await? else {
+                return Ok(None);
+            };
+            let policy = self
+                .policy(tenant, &case.policy_id, &case.policy_version)
+                .await?;
+            Ok(Some((case, policy)))
+        }
+    }
+    /// The case and its documents, like [`CaseRepository::case_policy`].
+    fn case_documents(
+        &self,
+        tenant: &str,
+        case_id: &str,
+    ) -> impl Future<Output = Result<Option<(Case, Vec<SourceDocument>)>, ToolError>> + Send {
+        async move {
+            let Some(case) = self.case(tenant, case_id).await? else {
+                return Ok(None);
+            };
+            let documents = self.documents(tenant, case_id).await?;
+            Ok(Some((case, documents)))
+        }
+    }
 }
 
 /// What the write tools did, in memory.
@@ -266,6 +297,33 @@ impl<R: CaseRepository> CaseOpsTools<R> {
             .await?
             .ok_or_else(case_not_found)
     }
+
+    async fn case_policy(
+        &self,
+        ctx: &CallContext,
+        case_id: &str,
+    ) -> Result<(Case, ClaimPolicy), ToolError> {
+        let (case, policy) = self
+            .repo
+            .case_policy(&ctx.tenant_id, case_id)
+            .await?
+            .ok_or_else(case_not_found)?;
+        let policy = policy.ok_or_else(|| {
+            ToolError::business("POLICY_NOT_FOUND", "the case's policy is not available")
+        })?;
+        Ok((case, policy))
+    }
+
+    async fn case_documents(
+        &self,
+        ctx: &CallContext,
+        case_id: &str,
+    ) -> Result<(Case, Vec<SourceDocument>), ToolError> {
+        self.repo
+            .case_documents(&ctx.tenant_id, case_id)
+            .await?
+            .ok_or_else(case_not_found)
+    }
 }
 
 impl<R: CaseRepository> ToolHandlers for CaseOpsTools<R> {
@@ -294,14 +352,7 @@ impl<R: CaseRepository> ToolHandlers for CaseOpsTools<R> {
         ctx: &CallContext,
         input: CaseopsGetPolicyRequirementsInput,
     ) -> Result<CaseopsGetPolicyRequirementsOutput, ToolError> {
-        let case = self.case(ctx, &input.case_id).await?;
-        let policy = self
-            .repo
-            .policy(&ctx.tenant_id, &case.policy_id, &case.policy_version)
-            .await?
-            .ok_or_else(|| {
-                ToolError::business("POLICY_NOT_FOUND", "the case's policy is not available")
-            })?;
+        let (_, policy) = self.case_policy(ctx, &input.case_id).await?;
         Ok(CaseopsGetPolicyRequirementsOutput {
             evidence_sha256: digest(&json!(policy)),
             evidence_ref: format!("policy://{}@{}", policy.policy_id, policy.version),
@@ -325,14 +376,8 @@ impl<R: CaseRepository> ToolHandlers for CaseOpsTools<R> {
         ctx: &CallContext,
         input: CaseopsListUnclassifiedDocumentsInput,
     ) -> Result<CaseopsListUnclassifiedDocumentsOutput, ToolError> {
-        let case = self.case(ctx, &input.case_id).await?;
-        let docs: Vec<SourceDocument> = self
-            .repo
-            .documents(&ctx.tenant_id, &case.case_id)
-            .await?
-            .into_iter()
-            .filter(|d| d.code.is_none())
-            .collect();
+        let (case, docs) = self.case_documents(ctx, &input.case_id).await?;
+        let docs: Vec<SourceDocument> = docs.into_iter().filter(|d| d.code.is_none()).collect();
         Ok(CaseopsListUnclassifiedDocumentsOutput {
             evidence_sha256: digest(&json!(docs)),
             evidence_ref: format!(
@@ -356,11 +401,8 @@ impl<R: CaseRepository> ToolHandlers for CaseOpsTools<R> {
         ctx: &CallContext,
         input: CaseopsResolveDocumentAliasInput,
     ) -> Result<CaseopsResolveDocumentAliasOutput, ToolError> {
-        let case = self.case(ctx, &input.case_id).await?;
-        let doc = self
-            .repo
-            .documents(&ctx.tenant_id, &case.case_id)
-            .await?
+        let (_, docs) = self.case_documents(ctx, &input.case_id).await?;
+        let doc = docs
             .into_iter()
             .find(|d| d.document_id == input.document_id)
             .ok_or_else(|| ToolError::business("DOCUMENT_NOT_FOUND", "document not found"))?;
@@ -381,14 +423,7 @@ impl<R: CaseRepository> ToolHandlers for CaseOpsTools<R> {
         input: CaseopsRequestMissingDocumentsInput,
         trusted: CaseopsRequestMissingDocumentsTrusted,
     ) -> Result<CaseopsRequestMissingDocumentsOutput, ToolError> {
-        let case = self.case(ctx, &input.case_id).await?;
-        let policy = self
-            .repo
-            .policy(&ctx.tenant_id, &case.policy_id, &case.policy_version)
-            .await?
-            .ok_or_else(|| {
-                ToolError::business("POLICY_NOT_FOUND", "the case's policy is not available")
-            })?;
+        let (case, policy) = self.case_policy(ctx, &input.case_id).await?;
         if let Some(code) = input
             .document_codes
             .iter()

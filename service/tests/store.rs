@@ -938,3 +938,58 @@ async fn a_connection_given_up_mid_statement_or_mid_transaction_is_not_reused() 
     let answer = db.fetch_all("SELECT 8 AS v", &[]).await.unwrap();
     assert_eq!(answer[0].get::<i64>("v").unwrap(), 8);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_sql_repository_reads_a_case_with_its_policy_and_documents_as_the_memory_one_does() {
+    use caseops_service::domain::{Case, DEMO_TENANT, OTHER_TENANT};
+    use caseops_service::tools::{CaseRepository, MemoryRepository};
+    let mut data = reference_data();
+    // A case whose policy is missing and which has no documents.
+    data.cases.push(Case {
+        tenant_id: DEMO_TENANT.into(),
+        case_id: "C-900".into(),
+        version: 2,
+        status: "open".into(),
+        policy_id: "retired-policy".into(),
+        policy_version: "2019.4".into(),
+        received_codes: vec!["LOSS_STATEMENT".into()],
+    });
+    let memory = MemoryRepository::new(data.clone());
+    for (backend, url) in fresh_databases("joined").await {
+        let db = Db::connect(&url, 4, &caseops_service::reference::SCHEMA)
+            .await
+            .unwrap();
+        seed(&db, &data).await.unwrap();
+        let sql = SqlRepository { db };
+        let mut seen_without_policy = false;
+        for tenant in [DEMO_TENANT, OTHER_TENANT] {
+            for case in ["C-102", "C-103", "C-104", "C-555", "C-900", "C-404"] {
+                let joined = sql.case_policy(tenant, case).await.unwrap();
+                assert_eq!(
+                    joined,
+                    memory.case_policy(tenant, case).await.unwrap(),
+                    "{backend}: {tenant} {case}"
+                );
+                seen_without_policy |= matches!(joined, Some((_, None)));
+                assert_eq!(
+                    sql.case_documents(tenant, case).await.unwrap(),
+                    memory.case_documents(tenant, case).await.unwrap(),
+                    "{backend}: {tenant} {case}"
+                );
+            }
+        }
+        assert!(seen_without_policy, "{backend}");
+        let (_, none) = sql
+            .case_documents(DEMO_TENANT, "C-900")
+            .await
+            .unwrap()
+            .unwrap();
+        assert!(none.is_empty(), "{backend}");
+        let (_, some) = sql
+            .case_documents(DEMO_TENANT, "C-102")
+            .await
+            .unwrap()
+            .unwrap();
+        assert!(!some.is_empty(), "{backend}");
+    }
+}

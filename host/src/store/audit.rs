@@ -14,13 +14,14 @@ pub const GENESIS: &str = "00000000000000000000000000000000000000000000000000000
 
 /// The hash of one event: its predecessor's hash, its place and its content.
 pub fn event_hash(prev_hash: &str, seq: i64, kind: &str, run_id: &str, payload: &Value) -> String {
-    sha256_hex(
-        format!(
-            "{prev_hash}\n{seq}\n{kind}\n{run_id}\n{}",
-            canonical_json(payload)
-        )
-        .as_bytes(),
-    )
+    let content = hashed_content(kind, run_id, payload);
+    sha256_hex(format!("{prev_hash}\n{seq}\n{content}").as_bytes())
+}
+
+/// What an event's hash covers after its predecessor's hash and its sequence
+/// number (PostgreSQL hashes it too, in [`appended`]).
+fn hashed_content(kind: &str, run_id: &str, payload: &Value) -> String {
+    format!("{kind}\n{run_id}\n{}", canonical_json(payload))
 }
 
 /// How a bundle's events are named: the outbox topic of a finished run
@@ -297,6 +298,22 @@ pub(crate) struct Event<'a> {
     data: Value,
 }
 
+impl Event<'_> {
+    /// A new outbox event id and the CloudEvents envelope around `data`.
+    fn envelope(&self, now: i64) -> (String, Value) {
+        let event_id = uuid::Uuid::new_v4().to_string();
+        let envelope = crate::event_types::envelope(
+            &event_id,
+            &self.fact.topic,
+            &self.fact.subject,
+            self.fact.tenant,
+            now,
+            self.data.clone(),
+        );
+        (event_id, envelope)
+    }
+}
+
 /// Reads the tenant's chain head inside `tx` and returns the audit insert that links
 /// `payload` to it and the outbox insert of the envelope around `data`. The outbox
 /// row takes the audit event's sequence number: appends to a tenant's chain are
@@ -342,15 +359,7 @@ async fn chain_events(
     let hash = event_hash(&prev_hash, seq, fact.kind, fact.run_id, payload);
     head.last = Some((tenant.to_string(), seq, hash.clone()));
     let now = now_ms();
-    let event_id = uuid::Uuid::new_v4().to_string();
-    let envelope = crate::event_types::envelope(
-        &event_id,
-        &fact.topic,
-        &fact.subject,
-        tenant,
-        now,
-        event.data.clone(),
-    );
+    let (event_id, envelope) = event.envelope(now);
     Ok([
         Statement::new(
             "INSERT INTO audit_events (tenant_id, seq, event_id, run_id, kind, payload, prev_hash, hash, at_ms) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
@@ -393,24 +402,10 @@ async fn chain_events(
 pub(crate) fn appended(event: &Event<'_>, gate: &str) -> Vec<(String, Statement)> {
     let fact = &event.fact;
     let tenant = fact.tenant;
-    // `event_hash`'s text after the predecessor's hash and the sequence number.
-    let tail = format!(
-        "{}\n{}\n{}",
-        fact.kind,
-        fact.run_id,
-        canonical_json(&event.payload)
-    );
+    let content = hashed_content(fact.kind, fact.run_id, &event.payload);
     let first = event_hash(GENESIS, 1, fact.kind, fact.run_id, &event.payload);
     let now = now_ms();
-    let event_id = uuid::Uuid::new_v4().to_string();
-    let envelope = crate::event_types::envelope(
-        &event_id,
-        &fact.topic,
-        &fact.subject,
-        tenant,
-        now,
-        event.data.clone(),
-    );
+    let (event_id, envelope) = event.envelope(now);
     let head = Statement::new(
         format!(
             "INSERT INTO audit_heads AS h (tenant_id, seq, prev_hash, hash) \
@@ -419,7 +414,7 @@ pub(crate) fn appended(event: &Event<'_>, gate: &str) -> Vec<(String, Statement)
              hash = encode(sha256(convert_to(h.hash || chr(10) || (h.seq + 1)::text || chr(10) || ?, 'UTF8')), 'hex') \
              RETURNING seq, prev_hash, hash"
         ),
-        params![tenant, GENESIS, first, lock_key(tenant), tail],
+        params![tenant, GENESIS, first, lock_key(tenant), content],
     );
     let audit = Statement::new(
         "INSERT INTO audit_events (tenant_id, seq, event_id, run_id, kind, payload, prev_hash, hash, at_ms) \

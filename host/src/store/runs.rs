@@ -223,10 +223,10 @@ pub struct SqlRunStore {
     facts: RunFacts,
 }
 
-/// Who each run this process created is about, kept until the run ends (or parks,
-/// or is lost), so that its terminal commit need not read them back: on PostgreSQL
-/// that commit is then one statement. A run it does not hold (created elsewhere,
-/// or past the bound) is committed the longer way, which reads them.
+/// Who each run this process created is about, kept until the run ends or parks
+/// here, so that its terminal commit need not read them back: on PostgreSQL that
+/// commit is then one statement. A run it does not hold (created elsewhere, or
+/// forgotten) is committed the longer way, which reads them.
 #[derive(Debug, Clone, Default)]
 struct RunFacts(Arc<std::sync::Mutex<HashMap<String, Facts>>>);
 
@@ -238,24 +238,26 @@ struct Facts {
     request_id: Option<String>,
 }
 
-/// Runs in flight in one process stay far below this; past it, runs are simply
-/// not remembered.
+/// Runs in flight in one process stay far below this. Runs that never end here
+/// (taken over by another replica, say) leave entries behind: at the bound all
+/// are forgotten, which costs those still running one read each at their end.
 const REMEMBERED_RUNS: usize = 4096;
 
 impl RunFacts {
     fn remember(&self, run_id: &str, who: &audit::Who<'_>) {
         let mut facts = self.0.lock().unwrap_or_else(|e| e.into_inner());
-        if facts.len() < REMEMBERED_RUNS {
-            facts.insert(
-                run_id.to_string(),
-                Facts {
-                    tenant: who.tenant.to_string(),
-                    resource_id: who.resource_id.to_string(),
-                    actor: who.actor.to_string(),
-                    request_id: who.request_id.map(str::to_string),
-                },
-            );
+        if facts.len() >= REMEMBERED_RUNS {
+            facts.clear();
         }
+        facts.insert(
+            run_id.to_string(),
+            Facts {
+                tenant: who.tenant.to_string(),
+                resource_id: who.resource_id.to_string(),
+                actor: who.actor.to_string(),
+                request_id: who.request_id.map(str::to_string),
+            },
+        );
     }
 
     fn take(&self, run_id: &str) -> Option<Facts> {
@@ -692,8 +694,6 @@ impl SqlRunStore {
         };
         if inserted == 1 {
             self.facts.remember(&new.spec.run_id, &who);
-        }
-        if inserted == 1 {
             // This request created it: the record is what was just written.
             return Ok(Allocation::New(RunRecord {
                 run_id: new.spec.run_id.clone(),
@@ -1320,5 +1320,33 @@ fn is_conflict(e: &DbError) -> bool {
                 | rusqlite::ErrorCode::DatabaseLocked
         ),
         _ => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn remembered_runs_stay_bounded_and_each_is_taken_once() {
+        let facts = RunFacts::default();
+        let who = audit::Who {
+            tenant: "t",
+            resource_id: "r",
+            actor: "a",
+            request_id: Some("q"),
+        };
+        for i in 0..=REMEMBERED_RUNS {
+            facts.remember(&format!("run-{i}"), &who);
+        }
+        // At the bound the older runs were forgotten, not the newest.
+        assert_eq!(facts.0.lock().unwrap().len(), 1);
+        assert!(facts.take("run-0").is_none());
+        let newest = facts.take(&format!("run-{REMEMBERED_RUNS}")).unwrap();
+        assert_eq!(
+            (newest.tenant.as_str(), newest.request_id.as_deref()),
+            ("t", Some("q"))
+        );
+        assert!(facts.take(&format!("run-{REMEMBERED_RUNS}")).is_none());
     }
 }

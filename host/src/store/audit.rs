@@ -14,7 +14,11 @@ pub const GENESIS: &str = "00000000000000000000000000000000000000000000000000000
 
 /// The hash of one event: its predecessor's hash, its place and its content.
 pub fn event_hash(prev_hash: &str, seq: i64, kind: &str, run_id: &str, payload: &Value) -> String {
-    let content = hashed_content(kind, run_id, payload);
+    linked_hash(prev_hash, seq, &hashed_content(kind, run_id, payload))
+}
+
+/// The hash of an event's [`hashed_content`] at `seq` after `prev_hash`.
+fn linked_hash(prev_hash: &str, seq: i64, content: &str) -> String {
     sha256_hex(format!("{prev_hash}\n{seq}\n{content}").as_bytes())
 }
 
@@ -403,7 +407,8 @@ pub(crate) fn appended(event: &Event<'_>, gate: &str) -> Vec<(String, Statement)
     let fact = &event.fact;
     let tenant = fact.tenant;
     let content = hashed_content(fact.kind, fact.run_id, &event.payload);
-    let first = event_hash(GENESIS, 1, fact.kind, fact.run_id, &event.payload);
+    // A tenant's first event: no head row yet, so no hash for the database to link to.
+    let first = linked_hash(GENESIS, 1, &content);
     let now = now_ms();
     let (event_id, envelope) = event.envelope(now);
     let head = Statement::new(

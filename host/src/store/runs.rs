@@ -956,12 +956,7 @@ impl SqlRunStore {
             && (batch.outcome.is_none() || facts.is_some())
         {
             // One statement, atomic on its own: one round trip.
-            let mut parts: Vec<(String, Statement)> = self
-                .batch_statements(&batch, PG_GATE)
-                .into_iter()
-                .enumerate()
-                .map(|(i, part)| (format!("s{i}"), part))
-                .collect();
+            let mut parts = Statement::numbered(self.batch_statements(&batch, PG_GATE));
             if let (Some(outcome), Some(facts)) = (&batch.outcome, &facts) {
                 let who = audit::Who {
                     tenant: &facts.tenant,
@@ -972,22 +967,8 @@ impl SqlRunStore {
                 let event = audit::terminal_event(&who, &self.events, outcome);
                 parts.extend(audit::appended(&event, PG_GATE));
             }
-            // Lazy by the connection's default (see `sql.rs`), unless this commit
-            // must be flushed: then the statement turns flushing on for its own
-            // implicit transaction, whose commit reads the setting as it ends.
-            let join = if flush {
-                parts.push((
-                    "durable".to_string(),
-                    Statement::new(
-                        "SELECT set_config('synchronous_commit', 'on', true) AS durable",
-                        Vec::new(),
-                    ),
-                ));
-                ", durable"
-            } else {
-                ""
-            };
-            let gated = Statement::gated_named(fence, parts, join);
+            // Lazy by the connection's default, unless this commit must be flushed.
+            let gated = Statement::gated_named(fence, parts, flush);
             db.write_returning(&gated.sql, &gated.params).await?.len()
         } else {
             let mut tx = if flush {

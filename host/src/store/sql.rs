@@ -122,12 +122,16 @@ impl Statement {
         if parts.is_empty() {
             return Some(last);
         }
-        let named = parts
+        Some(Statement::with(Statement::numbered(parts), last))
+    }
+
+    /// Names parts `s0`, `s1`, … for [`Statement::with`] and [`Statement::gated_named`].
+    pub fn numbered(parts: Vec<Statement>) -> Vec<(String, Statement)> {
+        parts
             .into_iter()
             .enumerate()
             .map(|(i, part)| (format!("s{i}"), part))
-            .collect();
-        Some(Statement::with(named, last))
+            .collect()
     }
 
     /// PostgreSQL: `fence` (an `UPDATE` without `RETURNING`) and `parts` as one
@@ -136,25 +140,36 @@ impl Statement {
     /// so in their own `WHERE` (`EXISTS (SELECT 1 FROM fence)`); all of it is one
     /// atomic statement and one round trip.
     pub fn gated(fence: Statement, parts: Vec<Statement>) -> Statement {
-        let named = parts
-            .into_iter()
-            .enumerate()
-            .map(|(i, part)| (format!("s{i}"), part))
-            .collect();
-        Statement::gated_named(fence, named, "")
+        Statement::gated_named(fence, Statement::numbered(parts), false)
     }
 
     /// [`Statement::gated`] with named parts, each of which may read what an earlier
-    /// one returns (`FROM name`), and `join` (`, name` or nothing) added to the final
-    /// `FROM fence`: a part that writes nothing runs only if the final select reads it.
-    pub fn gated_named(fence: Statement, parts: Vec<(String, Statement)>, join: &str) -> Statement {
+    /// one returns (`FROM name`). `flush`: the statement's own implicit transaction
+    /// is flushed to the WAL before it returns although the connection commits lazily
+    /// (see [`Backend::Postgres`]) — it sets `synchronous_commit` for itself, and the
+    /// commit at its end reads the setting.
+    pub fn gated_named(
+        fence: Statement,
+        parts: Vec<(String, Statement)>,
+        flush: bool,
+    ) -> Statement {
         let fence = Statement::new(format!("{} RETURNING 1 AS held", fence.sql), fence.params);
         let mut named = vec![("fence".to_string(), fence)];
         named.extend(parts);
-        Statement::with(
-            named,
-            Statement::new(format!("SELECT held FROM fence{join}"), Vec::new()),
-        )
+        // A part that writes nothing runs only if the final select reads it.
+        let last = if flush {
+            named.push((
+                "durable".to_string(),
+                Statement::new(
+                    "SELECT set_config('synchronous_commit', 'on', true) AS durable",
+                    Vec::new(),
+                ),
+            ));
+            "SELECT held FROM fence, durable"
+        } else {
+            "SELECT held FROM fence"
+        };
+        Statement::with(named, Statement::new(last, Vec::new()))
     }
 
     /// PostgreSQL: `WITH name AS (…), … <last>`, parameters in placeholder order.

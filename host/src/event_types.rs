@@ -1,6 +1,6 @@
 //! The events a host publishes through its outbox: one catalog of types (name,
 //! subject, what it reports, the JSON Schema of its `data`), the CloudEvents-style
-//! envelope every outbox row holds, and the reference page `docs/events.md` is
+//! envelope the relay publishes each outbox row in, and the reference page `docs/events.md` is
 //! generated from — so the schema a consumer reads and the code that writes the
 //! event cannot drift (a test compares the page with [`reference_page`]).
 

@@ -21,6 +21,16 @@ use caseops_service::tools::CaseOpsTools;
 use db_support::fresh_databases;
 use serde_json::Value;
 
+/// The envelopes the relay would publish now, in its order (one tenant's here).
+async fn pending_envelopes(db: &Db) -> Vec<Value> {
+    let claim = caseops_host::store::outbox::claim(db, 1000).await.unwrap();
+    claim
+        .events
+        .iter()
+        .map(|e| serde_json::from_str(&e.payload).unwrap())
+        .collect()
+}
+
 /// Runs tools in-process against the database (no MCP hop): isolates the store.
 struct Direct(Dispatcher<CaseOpsTools<SqlRepository>>);
 
@@ -306,26 +316,38 @@ async fn a_completed_runs_audit_and_outbox_events_name_the_call_behind_each_cite
             .into_iter()
             .map(|r| (r.get("tool_call_id").unwrap(), r.get("tool_name").unwrap()))
             .collect();
-        for (table, kind) in [
-            ("audit_events", "kind = 'agent.run'"),
-            ("outbox_events", "topic LIKE '%.agent-run.completed.v1'"),
+        let audit: String = db
+            .fetch_optional(
+                "SELECT payload FROM audit_events WHERE run_id = 'p1' AND kind = 'agent.run'",
+                &[],
+            )
+            .await
+            .unwrap()
+            .unwrap_or_else(|| panic!("{backend}: no audit event for the run"))
+            .get("payload")
+            .unwrap();
+        // The relay's envelope: its `data` is what the audit event says.
+        let published = pending_envelopes(&db).await;
+        let completed = published
+            .iter()
+            .find(|e| {
+                e["type"]
+                    .as_str()
+                    .is_some_and(|t| t.ends_with(".agent-run.completed.v1"))
+            })
+            .unwrap_or_else(|| panic!("{backend}: no completed event in {published:?}"));
+        assert_eq!(
+            completed["data"]["result"],
+            outcome.final_answer.clone().unwrap(),
+            "{backend}"
+        );
+        for (table, payload) in [
+            (
+                "audit_events",
+                serde_json::from_str::<Value>(&audit).unwrap(),
+            ),
+            ("outbox_events", completed["data"].clone()),
         ] {
-            let payload: String = db
-                .fetch_optional(
-                    &format!("SELECT payload FROM {table} WHERE run_id = 'p1' AND {kind}"),
-                    &[],
-                )
-                .await
-                .unwrap()
-                .unwrap_or_else(|| panic!("{backend}: no {table} row for the run"))
-                .get("payload")
-                .unwrap();
-            let payload: Value = serde_json::from_str(&payload).unwrap();
-            // The outbox holds the envelope; its `data` is what the audit event says.
-            let payload = match table {
-                "outbox_events" => payload["data"].clone(),
-                _ => payload,
-            };
             for reference in &cited {
                 let from = &payload["provenance"][reference.as_str().unwrap()];
                 let call = (
@@ -836,14 +858,8 @@ async fn a_write_run_writes_started_effect_and_finished_events_each_matching_its
             .await
             .unwrap();
         assert_eq!(out.status, "completed", "{backend}: {out:?}");
-        let rows = db
-            .fetch_all(
-                "SELECT topic, payload, seq FROM outbox_events WHERE run_id = 'w1' ORDER BY seq",
-                &[],
-            )
-            .await
-            .unwrap();
-        let topics: Vec<String> = rows.iter().map(|r| r.get("topic").unwrap()).collect();
+        let rows = pending_envelopes(&db).await;
+        let topics: Vec<&str> = rows.iter().map(|e| e["type"].as_str().unwrap()).collect();
         assert_eq!(
             topics,
             [
@@ -854,24 +870,18 @@ async fn a_write_run_writes_started_effect_and_finished_events_each_matching_its
             "{backend}"
         );
         let types = catalog(&audit::EventNames::of::<Bundle>());
-        for r in &rows {
-            let topic: String = r.get("topic").unwrap();
-            let payload: Value =
-                serde_json::from_str(&r.get::<String>("payload").unwrap()).unwrap();
+        for payload in &rows {
+            let topic = payload["type"].as_str().unwrap();
             let event = types.iter().find(|t| t.name == topic).unwrap();
             let schema = jsonschema::validator_for(&envelope_schema(event)).unwrap();
-            let errors: Vec<String> = schema
-                .iter_errors(&payload)
-                .map(|e| e.to_string())
-                .collect();
+            let errors: Vec<String> = schema.iter_errors(payload).map(|e| e.to_string()).collect();
             assert!(
                 errors.is_empty(),
                 "{backend}: {topic}: {errors:?} in {payload}"
             );
             assert_eq!(payload["tenant"], "tenant-demo");
         }
-        let effect: Value =
-            serde_json::from_str(&rows[1].get::<String>("payload").unwrap()).unwrap();
+        let effect = &rows[1];
         assert_eq!(effect["data"]["tool"], "caseops_request_missing_documents");
         assert_eq!(
             effect["data"]["idempotency_key"].as_str().map(str::len),
@@ -881,6 +891,57 @@ async fn a_write_run_writes_started_effect_and_finished_events_each_matching_its
             audit::verify(&db).await.unwrap().problems,
             Vec::<String>::new()
         );
+    }
+}
+
+/// Rows written before migration 1008 (or by a replica of an earlier version
+/// during a rolling deploy) kept their envelope: the relay publishes those as
+/// written, in order beside the rows it renders from the audit chain. A row with
+/// nothing to render it from stops the claim with the event named; it is never
+/// published empty or skipped.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_outbox_row_that_kept_its_envelope_is_published_as_written() {
+    for (backend, url) in fresh_databases("outbox_kept").await {
+        let (db, store, direct) = setup(&url).await;
+        let written = r#"{"specversion":"1.0","id":"ev-earlier","type":"case.agent-run.completed.v1","data":{"kept":true}}"#;
+        db.execute(
+            "INSERT INTO outbox_events (event_id, tenant_id, run_id, topic, payload, created_at, seq) VALUES ('ev-earlier', 'tenant-demo', 'r-earlier', 'case.agent-run.completed.v1', ?, 1, 0)",
+            &caseops_host::params![written],
+        )
+        .await
+        .unwrap();
+        store
+            .allocate(&new_run("k1", "kept-key-1", "h"))
+            .await
+            .unwrap();
+        Engine::<Bundle>::new()
+            .unwrap()
+            .start(spec("k1"), &ConformancePlanner, &direct, &store)
+            .await
+            .unwrap();
+        let claim = caseops_host::store::outbox::claim(&db, 100).await.unwrap();
+        let ids: Vec<&str> = claim.events.iter().map(|e| e.event_id.as_str()).collect();
+        assert_eq!(claim.events.len(), 3, "{backend}: {ids:?}");
+        assert_eq!(claim.events[0].payload, written, "{backend}");
+        for event in &claim.events[1..] {
+            let envelope: Value = serde_json::from_str(&event.payload).unwrap();
+            assert_eq!(envelope["id"], event.event_id.as_str(), "{backend}");
+            assert_eq!(envelope["subject"], "agent-runs/k1", "{backend}");
+            assert_eq!(envelope["data"]["run_id"], "k1", "{backend}");
+        }
+        drop(claim);
+
+        db.execute(
+            "INSERT INTO outbox_events (event_id, tenant_id, run_id, topic, created_at, seq) VALUES ('ev-orphan', 'tenant-demo', 'k1', 'case.agent-run.completed.v1', 1, 999)",
+            &[],
+        )
+        .await
+        .unwrap();
+        let err = caseops_host::store::outbox::claim(&db, 100)
+            .await
+            .err()
+            .unwrap_or_else(|| panic!("{backend}: an orphan row was claimed"));
+        assert!(err.to_string().contains("`ev-orphan`"), "{backend}: {err}");
     }
 }
 

@@ -112,15 +112,6 @@ pub(crate) fn terminal_event<'a>(
         "provenance": outcome.provenance,
     });
     payload[names.resource_key] = json!(who.resource_id);
-    let mut data = json!({
-        "run_id": outcome.run_id,
-        "request_id": who.request_id,
-        "status": outcome.status,
-        "stop_reason": outcome.stop_reason,
-        "result": outcome.final_answer,
-        "provenance": outcome.provenance,
-    });
-    data[names.resource_key] = json!(who.resource_id);
     Event {
         fact: Fact {
             tenant: who.tenant,
@@ -130,8 +121,37 @@ pub(crate) fn terminal_event<'a>(
             subject: format!("agent-runs/{}", outcome.run_id),
         },
         payload,
-        data,
     }
+}
+
+/// The `data` of the outbox event beside an audit event of `kind` with `payload`:
+/// the payload itself, except for a finished run's (`agent.run`), whose event
+/// leaves out what only the audit trail keeps (`actor`, `step_count`, `outcome`)
+/// and carries the run's `result` after `stop_reason`. The relay renders events
+/// with it when it publishes, so the outbox keeps no copy of what the chain holds.
+pub(crate) fn outbox_data(kind: &str, payload: Value, result: Option<Value>) -> Value {
+    if kind != RUN_EVENT {
+        return payload;
+    }
+    let Value::Object(fields) = payload else {
+        return payload;
+    };
+    let mut result = Some(result.unwrap_or_default());
+    let mut data = serde_json::Map::with_capacity(fields.len() + 1);
+    for (key, value) in fields {
+        if matches!(key.as_str(), "actor" | "step_count" | "outcome") {
+            continue;
+        }
+        let after = key == "stop_reason";
+        data.insert(key, value);
+        if after {
+            data.insert("result".into(), result.take().unwrap_or_default());
+        }
+    }
+    if let Some(result) = result {
+        data.insert("result".into(), result);
+    }
+    Value::Object(data)
 }
 
 /// The audit kind of a run's first event.
@@ -179,8 +199,7 @@ pub(crate) fn started_event<'a>(
             topic: names.started_topic(),
             subject: format!("agent-runs/{}", started.run_id),
         },
-        payload: data.clone(),
-        data,
+        payload: data,
     }
 }
 
@@ -209,14 +228,15 @@ pub(crate) async fn fact_events(
             subject,
         },
         payload: payload.clone(),
-        data: payload.clone(),
     };
     chain_events(db, tx, head, &event).await
 }
 
 /// Records a fact of the application's own (not one the host writes itself) in the
 /// tenant's audit chain and its outbox, in one transaction of its own: the relay
-/// publishes it like the host's events, as type `topic` about `subject`.
+/// publishes it like the host's events, as type `topic` about `subject`. `kind`
+/// may not be `agent.run`: the host renders that kind's outbox event differently
+/// (see [`outbox_data`]).
 #[allow(clippy::too_many_arguments)]
 pub async fn append_event(
     db: &Db,
@@ -227,6 +247,9 @@ pub async fn append_event(
     subject: &str,
     data: &Value,
 ) -> Result<(), DbError> {
+    if kind == RUN_EVENT {
+        return Err(DbError::ReservedKind(kind.to_string()));
+    }
     let mut tx = db.begin_lazy_write().await?;
     let statements = fact_events(
         db,
@@ -294,32 +317,19 @@ pub(crate) struct Fact<'a> {
     subject: String,
 }
 
-/// One event to append: the chain's `payload` (what its hash covers) and the
-/// outbox event's `data`.
+/// One event to append: the chain's `payload` (what its hash covers; the outbox
+/// event's `data` follows from it, see [`outbox_data`]).
 pub(crate) struct Event<'a> {
     fact: Fact<'a>,
     payload: Value,
-    data: Value,
 }
 
-impl Event<'_> {
-    /// A new outbox event id and the CloudEvents envelope around `data`.
-    fn envelope(&self, now: i64) -> (String, Value) {
-        let event_id = uuid::Uuid::new_v4().to_string();
-        let envelope = crate::event_types::envelope(
-            &event_id,
-            &self.fact.topic,
-            &self.fact.subject,
-            self.fact.tenant,
-            now,
-            self.data.clone(),
-        );
-        (event_id, envelope)
-    }
-}
+/// The outbox row beside an audit event: where and when to publish it, not the
+/// event itself (the relay renders that from the audit event, `payload` NULL).
+const OUTBOX_COLUMNS: &str = "event_id, tenant_id, run_id, topic, subject, created_at, seq";
 
 /// Reads the tenant's chain head inside `tx` and returns the audit insert that links
-/// `payload` to it and the outbox insert of the envelope around `data`. The outbox
+/// `payload` to it and the outbox insert that has the relay publish it. The outbox
 /// row takes the audit event's sequence number: appends to a tenant's chain are
 /// serialized, so that number is the tenant's commit order, and the relay
 /// publishes in it.
@@ -363,7 +373,6 @@ async fn chain_events(
     let hash = event_hash(&prev_hash, seq, fact.kind, fact.run_id, payload);
     head.last = Some((tenant.to_string(), seq, hash.clone()));
     let now = now_ms();
-    let (event_id, envelope) = event.envelope(now);
     Ok([
         Statement::new(
             "INSERT INTO audit_events (tenant_id, seq, event_id, run_id, kind, payload, prev_hash, hash, at_ms) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
@@ -380,13 +389,13 @@ async fn chain_events(
             ],
         ),
         Statement::new(
-            "INSERT INTO outbox_events (event_id, tenant_id, run_id, topic, payload, created_at, seq) VALUES (?, ?, ?, ?, ?, ?, ?)",
+            format!("INSERT INTO outbox_events ({OUTBOX_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?)"),
             params![
-                &event_id,
+                uuid::Uuid::new_v4().to_string(),
                 tenant,
                 fact.run_id,
                 &fact.topic,
-                envelope.to_string(),
+                &fact.subject,
                 now,
                 seq
             ],
@@ -410,7 +419,6 @@ pub(crate) fn appended(event: &Event<'_>, gate: &str) -> Vec<(String, Statement)
     // A tenant's first event: no head row yet, so no hash for the database to link to.
     let first = linked_hash(GENESIS, 1, &content);
     let now = now_ms();
-    let (event_id, envelope) = event.envelope(now);
     let head = Statement::new(
         format!(
             "INSERT INTO audit_heads AS h (tenant_id, seq, prev_hash, hash) \
@@ -434,14 +442,15 @@ pub(crate) fn appended(event: &Event<'_>, gate: &str) -> Vec<(String, Statement)
         ],
     );
     let outbox = Statement::new(
-        "INSERT INTO outbox_events (event_id, tenant_id, run_id, topic, payload, created_at, seq) \
-         SELECT ?, ?, ?, ?, ?, ?, seq FROM audit_head",
+        format!(
+            "INSERT INTO outbox_events ({OUTBOX_COLUMNS}) SELECT ?, ?, ?, ?, ?, ?, seq FROM audit_head"
+        ),
         params![
-            &event_id,
+            uuid::Uuid::new_v4().to_string(),
             tenant,
             fact.run_id,
             &fact.topic,
-            envelope.to_string(),
+            &fact.subject,
             now
         ],
     );
@@ -548,4 +557,80 @@ fn verify_rows(rows: &[super::sql::Row]) -> Result<Verification, DbError> {
         current = Some((tenant, seq, hash));
     }
     Ok(v)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn finished() -> Outcome {
+        Outcome {
+            run_id: "r-1".into(),
+            status: "completed".into(),
+            stop_reason: None,
+            final_answer: Some(json!({"outcome": "PICKED", "evidence_refs": ["d1"]})),
+            provenance: Some(json!({"d1": {"tool": "t", "tool_call_id": "c1"}})),
+            step_count: 4,
+            recovery_count: 0,
+        }
+    }
+
+    fn who() -> Who<'static> {
+        Who {
+            tenant: "tenant-a",
+            resource_id: "O-1",
+            actor: "alice",
+            request_id: Some("q-1"),
+        }
+    }
+
+    /// The published `data` of a finished run, byte for byte as earlier versions
+    /// stored it in the outbox (field order included: consumers may hash it).
+    #[test]
+    fn a_finished_runs_outbox_data_follows_from_its_audit_payload_and_result() {
+        let outcome = finished();
+        let names = EventNames {
+            completed_topic: "order.agent-run.completed.v1".into(),
+            resource_key: "order_id",
+            write_tools: Vec::new(),
+        };
+        let event = terminal_event(&who(), &names, &outcome);
+        let data = outbox_data(
+            RUN_EVENT,
+            event.payload.clone(),
+            outcome.final_answer.clone(),
+        );
+        assert_eq!(
+            data.to_string(),
+            r#"{"run_id":"r-1","request_id":"q-1","status":"completed","stop_reason":null,"result":{"outcome":"PICKED","evidence_refs":["d1"]},"provenance":{"d1":{"tool":"t","tool_call_id":"c1"}},"order_id":"O-1"}"#
+        );
+        // A run that ended without an answer publishes `result: null`.
+        let data = outbox_data(RUN_EVENT, event.payload.clone(), None);
+        assert_eq!(data["result"], Value::Null);
+        assert!(data.get("actor").is_none() && data.get("step_count").is_none());
+    }
+
+    #[test]
+    fn other_events_publish_their_audit_payload_unchanged() {
+        let names = EventNames::default();
+        let started = started_event(
+            &who(),
+            &names,
+            &Started {
+                run_id: "r-1",
+                goal: "check",
+                planner: "deterministic",
+            },
+        );
+        let payload = started.payload.clone();
+        assert_eq!(
+            outbox_data(RUN_STARTED_EVENT, payload.clone(), None),
+            payload
+        );
+        let fact = json!({"approval_id": "a-1", "actor": "bob", "step_count": 2});
+        assert_eq!(
+            outbox_data("approval.decided", fact.clone(), Some(json!(1))),
+            fact
+        );
+    }
 }

@@ -61,6 +61,9 @@ pub enum DbError {
     LeaseLost { run_id: String },
     #[error("database task failed: {0}")]
     Task(String),
+    /// An application appended an event of a kind the host writes itself.
+    #[error("event kind `{0}` is the host's own: choose another")]
+    ReservedKind(String),
     #[error("corrupt row in `{table}`: {message}")]
     Corrupt {
         table: &'static str,
@@ -206,6 +209,12 @@ pub const HOST_MIGRATIONS: &[Migration] = &[
         description: "audit heads",
         sqlite: include_str!("../../migrations/sqlite/1007_audit_heads.sql"),
         postgres: include_str!("../../migrations/postgres/1007_audit_heads.sql"),
+    },
+    Migration {
+        version: 1008,
+        description: "outbox rendered",
+        sqlite: include_str!("../../migrations/sqlite/1008_outbox_rendered.sql"),
+        postgres: include_str!("../../migrations/postgres/1008_outbox_rendered.sql"),
     },
 ];
 
@@ -654,9 +663,9 @@ mod tests {
         let order: Vec<i64> = migrations(&NOTES).iter().map(|m| m.version).collect();
         assert_eq!(
             order,
-            [1, 3, 4, 5, 1000, 1001, 1003, 1004, 1005, 1006, 1007]
+            [1, 3, 4, 5, 1000, 1001, 1003, 1004, 1005, 1006, 1007, 1008]
         );
-        assert_eq!(latest(&NOTES), 1007);
+        assert_eq!(latest(&NOTES), 1008);
     }
 
     #[tokio::test]
@@ -671,6 +680,51 @@ mod tests {
         let err = Db::connect(&url, 1, &NOTES).await.unwrap_err().to_string();
         assert!(err.contains("has no table `notes`"), "{err}");
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// 1008 rebuilds SQLite's outbox table (to let `payload` be NULL): pending
+    /// and published rows of a file at 1007 come through with every column.
+    #[test]
+    fn the_outbox_rebuild_keeps_every_row_of_an_earlier_file() {
+        let mut conn = rusqlite::Connection::open_in_memory().unwrap();
+        let all = migrations(&AppSchema::NONE);
+        let (before, after): (Vec<Migration>, Vec<Migration>) =
+            all.iter().partition(|m| m.version < 1008);
+        migrate_sqlite(&mut conn, &before).unwrap();
+        conn.execute_batch(
+            "INSERT INTO outbox_events (event_id, tenant_id, run_id, topic, payload, created_at, published_at, seq) \
+             VALUES ('e1', 't', 'r', 'x.v1', '{\"id\":\"e1\"}', 5, NULL, 7), ('e2', 't', 'r', 'x.v1', '{}', 6, 9, 8)",
+        )
+        .unwrap();
+        migrate_sqlite(&mut conn, &after).unwrap();
+        type OutboxRow = (String, Option<String>, i64, Option<i64>, i64);
+        let rows: Vec<OutboxRow> = conn
+            .prepare("SELECT event_id, payload, created_at, published_at, seq FROM outbox_events ORDER BY seq")
+            .unwrap()
+            .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?)))
+            .unwrap()
+            .collect::<Result<_, _>>()
+            .unwrap();
+        assert_eq!(
+            rows,
+            [
+                ("e1".into(), Some(r#"{"id":"e1"}"#.into()), 5, None, 7),
+                ("e2".into(), Some("{}".into()), 6, Some(9), 8)
+            ]
+        );
+        let version: i64 = conn
+            .pragma_query_value(None, "user_version", |r| r.get(0))
+            .unwrap();
+        assert_eq!(version, 1008);
+        // The relay's pending index came back with the table.
+        let indexes: i64 = conn
+            .query_row(
+                "SELECT count(*) FROM sqlite_master WHERE type = 'index' AND tbl_name = 'outbox_events' AND name LIKE 'outbox_events_%'",
+                [],
+                |r| r.get(0),
+            )
+            .unwrap();
+        assert_eq!(indexes, 2);
     }
 
     #[tokio::test]

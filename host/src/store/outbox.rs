@@ -17,7 +17,8 @@ pub struct PendingEvent {
     pub event_id: String,
     pub tenant_id: String,
     pub topic: String,
-    /// The envelope, as written.
+    /// The CloudEvents envelope to publish: as written by a version that stored it,
+    /// else rendered from the audit chain (see [`render`]).
     pub payload: String,
     pub seq: i64,
     pub created_at: i64,
@@ -29,17 +30,80 @@ pub struct Claim {
     pub events: Vec<PendingEvent>,
 }
 
-const COLUMNS: &str = "event_id, tenant_id, topic, payload, seq, created_at";
+/// A pending row with what renders it: the audit event of the same tenant and
+/// sequence and, for a finished run's, the run's result. Rows that kept their
+/// envelope (written before migration 1008) join nothing.
+const COLUMNS: &str = "o.event_id, o.tenant_id, o.topic, o.subject, o.payload, o.seq, o.created_at, \
+     a.kind, a.payload AS data, r.final_result \
+     FROM outbox_events o \
+     LEFT JOIN audit_events a ON o.payload IS NULL AND a.tenant_id = o.tenant_id AND a.seq = o.seq \
+     LEFT JOIN runs r ON a.kind = 'agent.run' AND r.run_id = o.run_id";
 
 fn pending_event(r: &super::sql::Row) -> Result<PendingEvent, DbError> {
+    let event_id: String = r.get("event_id")?;
+    let tenant_id: String = r.get("tenant_id")?;
+    let topic: String = r.get("topic")?;
+    let created_at: i64 = r.get("created_at")?;
+    let payload = match r.get::<Option<String>>("payload")? {
+        Some(written) => written,
+        None => render(
+            &event_id,
+            &tenant_id,
+            &topic,
+            created_at,
+            r.get("subject")?,
+            r.get("kind")?,
+            r.get("data")?,
+            r.get("final_result")?,
+        )?,
+    };
     Ok(PendingEvent {
-        event_id: r.get("event_id")?,
-        tenant_id: r.get("tenant_id")?,
-        topic: r.get("topic")?,
-        payload: r.get("payload")?,
+        event_id,
+        tenant_id,
+        topic,
+        payload,
         seq: r.get("seq")?,
-        created_at: r.get("created_at")?,
+        created_at,
     })
+}
+
+/// The envelope of an outbox row that holds none: its `data` follows from the
+/// audit event at the row's tenant and sequence (and a finished run's result),
+/// exactly as it stood when the event was appended — audit events and a finished
+/// run's result are never rewritten.
+#[allow(clippy::too_many_arguments)]
+fn render(
+    event_id: &str,
+    tenant: &str,
+    topic: &str,
+    created_at: i64,
+    subject: Option<String>,
+    kind: Option<String>,
+    data: Option<String>,
+    result: Option<String>,
+) -> Result<String, DbError> {
+    let corrupt = |message: String| DbError::Corrupt {
+        table: "outbox_events",
+        message: format!("event `{event_id}`: {message}"),
+    };
+    let (Some(kind), Some(data)) = (kind, data) else {
+        return Err(corrupt(
+            "no audit event at its sequence to render it from".into(),
+        ));
+    };
+    let parse = |text: &str| {
+        serde_json::from_str::<serde_json::Value>(text).map_err(|e| corrupt(e.to_string()))
+    };
+    let data = super::audit::outbox_data(
+        &kind,
+        parse(&data)?,
+        result.as_deref().map(parse).transpose()?,
+    );
+    let subject = subject.unwrap_or_default();
+    Ok(
+        crate::event_types::envelope(event_id, topic, &subject, tenant, created_at, data)
+            .to_string(),
+    )
 }
 
 /// Claims up to `limit` pending events, in commit order per tenant. Empty when
@@ -50,7 +114,7 @@ pub async fn claim(db: &Db, limit: usize) -> Result<Claim, DbError> {
         Dialect::Sqlite => {
             let rows = db
                 .fetch_all(
-                    &format!("SELECT {COLUMNS} FROM outbox_events WHERE published_at IS NULL ORDER BY tenant_id, seq, created_at, event_id LIMIT ?"),
+                    &format!("SELECT {COLUMNS} WHERE o.published_at IS NULL ORDER BY o.tenant_id, o.seq, o.created_at, o.event_id LIMIT ?"),
                     &params![limit],
                 )
                 .await?;
@@ -89,7 +153,7 @@ pub async fn claim(db: &Db, limit: usize) -> Result<Claim, DbError> {
                 }
                 let rows = tx
                     .fetch_all(
-                        &format!("SELECT {COLUMNS} FROM outbox_events WHERE tenant_id = ? AND published_at IS NULL ORDER BY seq, created_at, event_id LIMIT ? FOR UPDATE SKIP LOCKED"),
+                        &format!("SELECT {COLUMNS} WHERE o.tenant_id = ? AND o.published_at IS NULL ORDER BY o.seq, o.created_at, o.event_id LIMIT ? FOR UPDATE OF o SKIP LOCKED"),
                         &params![&tenant, limit],
                     )
                     .await?;

@@ -46,16 +46,7 @@ fn pending_event(r: &super::sql::Row) -> Result<PendingEvent, DbError> {
     let created_at: i64 = r.get("created_at")?;
     let payload = match r.get::<Option<String>>("payload")? {
         Some(written) => written,
-        None => render(
-            &event_id,
-            &tenant_id,
-            &topic,
-            created_at,
-            r.get("subject")?,
-            r.get("kind")?,
-            r.get("data")?,
-            r.get("final_result")?,
-        )?,
+        None => render(r, &event_id, &tenant_id, &topic, created_at)?,
     };
     Ok(PendingEvent {
         event_id,
@@ -71,17 +62,15 @@ fn pending_event(r: &super::sql::Row) -> Result<PendingEvent, DbError> {
 /// audit event at the row's tenant and sequence (and a finished run's result),
 /// exactly as it stood when the event was appended — audit events and a finished
 /// run's result are never rewritten.
-#[allow(clippy::too_many_arguments)]
 fn render(
+    r: &super::sql::Row,
     event_id: &str,
     tenant: &str,
     topic: &str,
     created_at: i64,
-    subject: Option<String>,
-    kind: Option<String>,
-    data: Option<String>,
-    result: Option<String>,
 ) -> Result<String, DbError> {
+    let (kind, data, result): (Option<String>, Option<String>, Option<String>) =
+        (r.get("kind")?, r.get("data")?, r.get("final_result")?);
     let corrupt = |message: String| DbError::Corrupt {
         table: "outbox_events",
         message: format!("event `{event_id}`: {message}"),
@@ -99,6 +88,7 @@ fn render(
         parse(&data)?,
         result.as_deref().map(parse).transpose()?,
     );
+    let subject: Option<String> = r.get("subject")?;
     let subject = subject.unwrap_or_default();
     Ok(
         crate::event_types::envelope(event_id, topic, &subject, tenant, created_at, data)

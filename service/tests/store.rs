@@ -24,11 +24,15 @@ use serde_json::Value;
 /// The envelopes the relay would publish now, in its order (one tenant's here).
 async fn pending_envelopes(db: &Db) -> Vec<Value> {
     let claim = caseops_host::store::outbox::claim(db, 1000).await.unwrap();
-    claim
+    let envelopes = claim
         .events
         .iter()
         .map(|e| serde_json::from_str(&e.payload).unwrap())
-        .collect()
+        .collect();
+    // Given back at once (none published): a dropped claim's PostgreSQL locks go
+    // only when the server notices its connection closed.
+    claim.finish(db, 0).await.unwrap();
+    envelopes
 }
 
 /// Runs tools in-process against the database (no MCP hop): isolates the store.
@@ -929,7 +933,8 @@ async fn an_outbox_row_that_kept_its_envelope_is_published_as_written() {
             assert_eq!(envelope["subject"], "agent-runs/k1", "{backend}");
             assert_eq!(envelope["data"]["run_id"], "k1", "{backend}");
         }
-        drop(claim);
+        // Given back (none published), so its tenant lock is free for the next claim.
+        claim.finish(&db, 0).await.unwrap();
 
         db.execute(
             "INSERT INTO outbox_events (event_id, tenant_id, run_id, topic, created_at, seq) VALUES ('ev-orphan', 'tenant-demo', 'k1', 'case.agent-run.completed.v1', 1, 999)",
@@ -942,6 +947,36 @@ async fn an_outbox_row_that_kept_its_envelope_is_published_as_written() {
             .err()
             .unwrap_or_else(|| panic!("{backend}: an orphan row was claimed"));
         assert!(err.to_string().contains("`ev-orphan`"), "{backend}: {err}");
+
+        // An application cannot append the host's own kind, whose event the relay
+        // renders from the run: refused before anything is written.
+        let count = |db: Db| async move {
+            let row = db
+                .fetch_optional("SELECT COUNT(*) AS n FROM outbox_events", &[])
+                .await
+                .unwrap()
+                .unwrap();
+            row.get::<i64>("n").unwrap()
+        };
+        let before = count(db.clone()).await;
+        let refused = audit::append_event(
+            &db,
+            "tenant-demo",
+            "k1",
+            audit::RUN_EVENT,
+            "note.added.v1",
+            "notes/1",
+            &serde_json::json!({}),
+        )
+        .await
+        .unwrap_err();
+        assert!(
+            refused
+                .to_string()
+                .contains("`agent.run` is the host's own"),
+            "{backend}: {refused}"
+        );
+        assert_eq!(count(db.clone()).await, before, "{backend}");
     }
 }
 

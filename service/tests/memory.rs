@@ -10,10 +10,8 @@ mod db_support;
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
 
-const WARM_RUNS: u32 = 1_000;
-// Enough for the leaks it caught to show 1.4–4.4 times over the allowance (0.36
-// and 0.6–1.1 KB per run), and few enough to keep CI's ignored stage short.
-const MEASURED_RUNS: u32 = 6_000;
+const WARM_RUNS: u32 = 2_000;
+const MEASURED_RUNS: u32 = 10_000;
 /// 0.25 KB per measured run: the leak this guards against was 0.6–1.1 KB per run.
 const ALLOWED_GROWTH_KB: u64 = (MEASURED_RUNS as u64) / 4;
 
@@ -88,8 +86,8 @@ fn drive(server: &Server, runs: u32) -> u64 {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "drives 7,000 runs per backend; .ci/run runs it with --ignored"]
-async fn resident_memory_stays_flat_over_thousands_of_runs_on_both_backends() {
+#[ignore = "drives 12,000 runs per backend; .ci/run runs it with --ignored"]
+async fn resident_memory_stays_flat_over_ten_thousand_runs_on_both_backends() {
     let dbs = db_support::fresh_databases("memory").await;
     for (backend, url) in dbs {
         let server = serve(&url);

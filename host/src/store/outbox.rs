@@ -33,11 +33,16 @@ pub struct Claim {
 /// A pending row with what renders it: the audit event of the same tenant and
 /// sequence and, for a finished run's, the run's result. Rows that kept their
 /// envelope (written before migration 1008) join nothing.
-const COLUMNS: &str = "o.event_id, o.tenant_id, o.topic, o.subject, o.payload, o.seq, o.created_at, \
-     a.kind, a.payload AS data, r.final_result \
-     FROM outbox_events o \
-     LEFT JOIN audit_events a ON o.payload IS NULL AND a.tenant_id = o.tenant_id AND a.seq = o.seq \
-     LEFT JOIN runs r ON a.kind = 'agent.run' AND r.run_id = o.run_id";
+fn pending_from() -> String {
+    format!(
+        "o.event_id, o.tenant_id, o.topic, o.subject, o.payload, o.seq, o.created_at, \
+         a.kind, a.payload AS data, r.final_result \
+         FROM outbox_events o \
+         LEFT JOIN audit_events a ON o.payload IS NULL AND a.tenant_id = o.tenant_id AND a.seq = o.seq \
+         LEFT JOIN runs r ON a.kind = '{}' AND r.run_id = o.run_id",
+        super::audit::RUN_EVENT
+    )
+}
 
 fn pending_event(r: &super::sql::Row) -> Result<PendingEvent, DbError> {
     let event_id: String = r.get("event_id")?;
@@ -104,7 +109,7 @@ pub async fn claim(db: &Db, limit: usize) -> Result<Claim, DbError> {
         Dialect::Sqlite => {
             let rows = db
                 .fetch_all(
-                    &format!("SELECT {COLUMNS} WHERE o.published_at IS NULL ORDER BY o.tenant_id, o.seq, o.created_at, o.event_id LIMIT ?"),
+                    &format!("SELECT {} WHERE o.published_at IS NULL ORDER BY o.tenant_id, o.seq, o.created_at, o.event_id LIMIT ?", pending_from()),
                     &params![limit],
                 )
                 .await?;
@@ -143,7 +148,7 @@ pub async fn claim(db: &Db, limit: usize) -> Result<Claim, DbError> {
                 }
                 let rows = tx
                     .fetch_all(
-                        &format!("SELECT {COLUMNS} WHERE o.tenant_id = ? AND o.published_at IS NULL ORDER BY o.seq, o.created_at, o.event_id LIMIT ? FOR UPDATE OF o SKIP LOCKED"),
+                        &format!("SELECT {} WHERE o.tenant_id = ? AND o.published_at IS NULL ORDER BY o.seq, o.created_at, o.event_id LIMIT ? FOR UPDATE OF o SKIP LOCKED", pending_from()),
                         &params![&tenant, limit],
                     )
                     .await?;

@@ -425,8 +425,9 @@ impl Workers {
     }
 
     /// Waits until the run is terminal, at most `wait`, or until the process
-    /// stops. Changes in this process wake the wait at once; a run driven by
-    /// another replica is re-read every 200 ms. `settlement` must have been
+    /// stops. Changes in this process wake the wait at once, and a commit here
+    /// that ended or parked the run hands over what it wrote instead of the run
+    /// being read back; a run driven by another replica is re-read every 200 ms. `settlement` must have been
     /// registered before `current` (the run as last read, if the caller has it)
     /// was read, so that no change falls between the two.
     pub async fn wait(
@@ -461,7 +462,13 @@ impl Workers {
                 () = self.stopping.cancelled() => return Ok(Waited::Pending(record)),
                 () = tokio::time::sleep_until(deadline) => {}
                 () = tokio::time::sleep(FOREIGN_POLL) => {}
-                () = settlement.settled() => {}
+                written = settlement.settled() => {
+                    // Settled by a commit here: it says what the row now holds,
+                    // so the run need not be read back.
+                    if let Some(written) = written {
+                        current = Some(written.apply(record)?);
+                    }
+                }
             }
         }
     }

@@ -109,7 +109,43 @@ pub struct RunSignals {
     waiters: std::sync::Arc<std::sync::Mutex<Waiters>>,
 }
 
-type Waiters = std::collections::HashMap<String, Vec<std::sync::Arc<tokio::sync::Notify>>>;
+type Waiters = std::collections::HashMap<String, Vec<std::sync::Arc<Waiter>>>;
+
+/// One waiting request: its wake-up, and what the commit that woke it wrote.
+#[derive(Debug, Default)]
+struct Waiter {
+    notify: tokio::sync::Notify,
+    written: std::sync::Mutex<Option<std::sync::Arc<Settled>>>,
+}
+
+/// What a commit that ended or parked a run wrote to the run's row: with the row
+/// as it was created, all a waiting request needs to answer without reading the
+/// row back (the fence is the only statement that changes these fields).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Settled {
+    state: String,
+    status: String,
+    step_count: i64,
+    final_result: Option<String>,
+    provenance: Option<String>,
+    stop_reason: Option<String>,
+    updated_at: i64,
+}
+
+impl Settled {
+    /// `record` as the row reads after this commit. The JSON columns are parsed
+    /// from the text that was stored, exactly as a read parses them.
+    pub fn apply(&self, mut record: RunRecord) -> Result<RunRecord, DbError> {
+        record.state.clone_from(&self.state);
+        record.status.clone_from(&self.status);
+        record.step_count = self.step_count;
+        record.final_result = parse_json(self.final_result.clone(), "runs")?;
+        record.provenance = parse_json(self.provenance.clone(), "runs")?;
+        record.stop_reason.clone_from(&self.stop_reason);
+        record.updated_at = self.updated_at;
+        Ok(record)
+    }
+}
 
 impl Default for RunSignals {
     fn default() -> Self {
@@ -124,15 +160,17 @@ impl Default for RunSignals {
 /// A registration for one run's settlement; dropping it deregisters.
 pub struct Settlement {
     run_id: String,
-    notify: std::sync::Arc<tokio::sync::Notify>,
+    waiter: std::sync::Arc<Waiter>,
     waiters: std::sync::Arc<std::sync::Mutex<Waiters>>,
 }
 
 impl Settlement {
     /// Resolves at the run's next settlement (or at once if one came since the
-    /// registration or the last call).
-    pub async fn settled(&self) {
-        self.notify.notified().await;
+    /// registration or the last call), with what the settling commit wrote when
+    /// it was a commit of this process (`None`: read the run).
+    pub async fn settled(&self) -> Option<std::sync::Arc<Settled>> {
+        self.waiter.notify.notified().await;
+        self.waiter.written.lock().expect("waiter lock").take()
     }
 }
 
@@ -140,7 +178,7 @@ impl Drop for Settlement {
     fn drop(&mut self) {
         let mut waiters = self.waiters.lock().expect("waiters lock");
         if let Some(list) = waiters.get_mut(&self.run_id) {
-            list.retain(|n| !std::sync::Arc::ptr_eq(n, &self.notify));
+            list.retain(|w| !std::sync::Arc::ptr_eq(w, &self.waiter));
             if list.is_empty() {
                 waiters.remove(&self.run_id);
             }
@@ -149,10 +187,11 @@ impl Drop for Settlement {
 }
 
 impl RunSignals {
-    /// A commit of `run_id`; `terminal` when it ended the run.
-    pub fn committed(&self, run_id: &str, terminal: bool) {
-        if terminal {
-            self.settled(run_id);
+    /// A commit of `run_id`; `settled` with what it wrote when it ended or parked
+    /// the run.
+    pub fn committed(&self, run_id: &str, settled: Option<Settled>) {
+        if let Some(written) = settled {
+            self.wake(run_id, Some(std::sync::Arc::new(written)));
         }
         // No receiver is not an error: nobody follows the run.
         if self.commits.receiver_count() > 0 {
@@ -160,28 +199,34 @@ impl RunSignals {
         }
     }
 
-    /// `run_id` settled: its driver here stopped, or it reached its end.
+    /// `run_id`'s driver here stopped without a commit saying how: waiters read.
     pub fn settled(&self, run_id: &str) {
+        self.wake(run_id, None);
+    }
+
+    fn wake(&self, run_id: &str, written: Option<std::sync::Arc<Settled>>) {
         let waiters = self.waiters.lock().expect("waiters lock");
-        for n in waiters.get(run_id).into_iter().flatten() {
+        for w in waiters.get(run_id).into_iter().flatten() {
+            // The newest word wins: a wake-up without one makes the waiter read.
+            *w.written.lock().expect("waiter lock") = written.clone();
             // A permit is kept if the waiter is not polling right now.
-            n.notify_one();
+            w.notify.notify_one();
         }
     }
 
     /// Registers for `run_id`'s settlements. Register before reading the run, so
     /// that no settlement falls between the read and the wait.
     pub fn watch(&self, run_id: &str) -> Settlement {
-        let notify = std::sync::Arc::new(tokio::sync::Notify::new());
+        let waiter = std::sync::Arc::new(Waiter::default());
         self.waiters
             .lock()
             .expect("waiters lock")
             .entry(run_id.to_string())
             .or_default()
-            .push(notify.clone());
+            .push(waiter.clone());
         Settlement {
             run_id: run_id.to_string(),
-            notify,
+            waiter,
             waiters: self.waiters.clone(),
         }
     }
@@ -842,7 +887,7 @@ impl SqlRunStore {
     /// The run record's update, fenced by the lease: it changes the row only
     /// while this process holds the run, so a driver that lost its lease (taken
     /// over after it stalled) cannot write beside the new holder.
-    fn fence(&self, batch: &Batch) -> Statement {
+    fn fence(&self, batch: &Batch) -> (Statement, Settled) {
         let status = match (&batch.outcome, &batch.approval) {
             (Some(o), _) => o.status.clone(),
             (None, Some(_)) => "waiting_approval".to_string(),
@@ -869,21 +914,30 @@ impl SqlRunStore {
             "UPDATE runs SET state = ?, status = ?, step_count = ?, final_result = ?, provenance = ?, stop_reason = ?, updated_at = ?, lease_owner = ?, lease_expires_at = ?, snapshot = {snapshot_set} \
              WHERE run_id = ? AND lease_owner = ? AND status = 'running'"
         );
-        let mut values = Vec::from(params![
-            &batch.state,
-            &status,
-            i64::from(batch.step_count),
-            batch
+        let written = Settled {
+            state: batch.state.clone(),
+            status,
+            step_count: i64::from(batch.step_count),
+            final_result: batch
                 .outcome
                 .as_ref()
                 .and_then(|o| o.final_answer.as_ref())
                 .map(Value::to_string),
-            batch
+            provenance: batch
                 .outcome
                 .as_ref()
                 .and_then(|o| o.provenance.as_ref())
                 .map(Value::to_string),
-            batch.outcome.as_ref().and_then(|o| o.stop_reason.clone()),
+            stop_reason: batch.outcome.as_ref().and_then(|o| o.stop_reason.clone()),
+            updated_at: now,
+        };
+        let mut values = Vec::from(params![
+            &written.state,
+            &written.status,
+            written.step_count,
+            written.final_result.clone(),
+            written.provenance.clone(),
+            written.stop_reason.clone(),
             now,
             owner,
             expires
@@ -892,7 +946,7 @@ impl SqlRunStore {
             values.extend(params![snapshot]);
         }
         values.extend(params![&batch.run_id, &self.owner]);
-        Statement::new(sql, values)
+        (Statement::new(sql, values), written)
     }
 
     /// What a batch writes after its fence: checkpoints and ledger rows. `gate` is
@@ -936,7 +990,7 @@ impl SqlRunStore {
 
     async fn write(&self, batch: Batch) -> Result<(), DbError> {
         let db = &self.db;
-        let fence = self.fence(&batch);
+        let (fence, written) = self.fence(&batch);
         let flush = batch.point.must_flush();
         let effects: Vec<&LedgerRow> = batch
             .ledger
@@ -1104,10 +1158,8 @@ impl SqlRunStore {
         crate::fault::after_commit(db.commits());
         if let Some(signals) = &self.signals {
             // A parked run settles its waiters too: they answer with its state.
-            signals.committed(
-                &batch.run_id,
-                batch.outcome.is_some() || batch.approval.is_some(),
-            );
+            let settled = batch.outcome.is_some() || batch.approval.is_some();
+            signals.committed(&batch.run_id, settled.then_some(written));
         }
         Ok(())
     }

@@ -139,13 +139,27 @@ fn new_refuses_a_folder_with_files_and_a_name_cargo_could_not_use() {
 /// gets this workspace's lock file (same dependency versions, no resolution) and
 /// the artifact folder `target/scratch`, which `.ci/run` shares with the other
 /// ignored build tests, with this workspace's build folder for the intermediate
-/// artifacts (dependencies already compiled are reused).
+/// artifacts, so dependencies already compiled are reused.
+///
+/// Reuse needs the same features too: the workspace's tests switch on a few more
+/// of some dependencies' features (`std`, `serde`, `derive`, ...), and one differing
+/// feature rebuilds a crate and everything above it (nine minutes of this test on a
+/// 2-core machine). So the project gets one dev-dependency more, the workspace's
+/// feature unifier: it adds features, never code of its own, and no crate the
+/// template's code uses directly gains one it could come to rely on.
 #[test]
 #[ignore = "builds the new project's crates; .ci/run runs it with --ignored"]
 fn a_new_project_passes_its_own_smoke_test() {
     let tmp = TempProject::new("new-smoke");
     let project = scaffold(&tmp);
     std::fs::copy(repo_root().join("Cargo.lock"), project.join("Cargo.lock")).unwrap();
+    let manifest = project.join("host/Cargo.toml");
+    let mut host = std::fs::read_to_string(&manifest).unwrap();
+    host.push_str(&format!(
+        "\n[dev-dependencies.caseops-workspace-deps]\npath = {:?}\nfeatures = [\"compiler\", \"service\"]\n",
+        repo_root().join("workspace-deps").canonicalize().unwrap()
+    ));
+    std::fs::write(&manifest, host).unwrap();
     let out = Command::new(env!("CARGO"))
         .args(["test", "--quiet"])
         .current_dir(&project)

@@ -157,6 +157,18 @@ impl Default for RunSignals {
     }
 }
 
+/// What a commit or a driver tells a run's waiters.
+enum Word {
+    /// A commit here ended or parked the run: answer from what it wrote.
+    Written(std::sync::Arc<Settled>),
+    /// A commit moved the row past any earlier word (a parked run went on): a
+    /// waiter that has not taken that word must read. Not a wake-up.
+    Moved,
+    /// The run's driver here stopped: wake, and answer from the word held, if
+    /// any (no commit here came after it), or read.
+    Stopped,
+}
+
 /// A registration for one run's settlement; dropping it deregisters.
 pub struct Settlement {
     run_id: String,
@@ -190,8 +202,9 @@ impl RunSignals {
     /// A commit of `run_id`; `settled` with what it wrote when it ended or parked
     /// the run.
     pub fn committed(&self, run_id: &str, settled: Option<Settled>) {
-        if let Some(written) = settled {
-            self.wake(run_id, Some(std::sync::Arc::new(written)));
+        match settled {
+            Some(written) => self.tell(run_id, Word::Written(std::sync::Arc::new(written))),
+            None => self.tell(run_id, Word::Moved),
         }
         // No receiver is not an error: nobody follows the run.
         if self.commits.receiver_count() > 0 {
@@ -199,16 +212,25 @@ impl RunSignals {
         }
     }
 
-    /// `run_id`'s driver here stopped without a commit saying how: waiters read.
+    /// `run_id`'s driver here stopped. Its waiters wake; one that holds the
+    /// word of the run's last commit here answers from it, the others read.
     pub fn settled(&self, run_id: &str) {
-        self.wake(run_id, None);
+        self.tell(run_id, Word::Stopped);
     }
 
-    fn wake(&self, run_id: &str, written: Option<std::sync::Arc<Settled>>) {
+    fn tell(&self, run_id: &str, word: Word) {
         let waiters = self.waiters.lock().expect("waiters lock");
         for w in waiters.get(run_id).into_iter().flatten() {
-            // The newest word wins: a wake-up without one makes the waiter read.
-            *w.written.lock().expect("waiter lock") = written.clone();
+            match &word {
+                Word::Written(written) => {
+                    *w.written.lock().expect("waiter lock") = Some(written.clone());
+                }
+                Word::Moved => {
+                    *w.written.lock().expect("waiter lock") = None;
+                    continue;
+                }
+                Word::Stopped => {}
+            }
             // A permit is kept if the waiter is not polling right now.
             w.notify.notify_one();
         }
@@ -1359,6 +1381,60 @@ fn is_conflict(e: &DbError) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn word(status: &str) -> Settled {
+        Settled {
+            state: "done".into(),
+            status: status.into(),
+            step_count: 4,
+            final_result: None,
+            provenance: None,
+            stop_reason: None,
+            updated_at: 7,
+        }
+    }
+
+    #[tokio::test]
+    async fn a_waiter_keeps_the_settling_commits_word_when_the_driver_stops_after_it() {
+        let signals = RunSignals::default();
+        let settlement = signals.watch("r1");
+        signals.committed("r1", None);
+        signals.committed("r1", Some(word("completed")));
+        // The driver's end comes before the waiter polls, as it mostly does.
+        signals.settled("r1");
+        let got = settlement
+            .settled()
+            .await
+            .expect("the commit's word, not a read");
+        assert_eq!(*got, word("completed"));
+    }
+
+    #[tokio::test]
+    async fn a_commit_after_a_parking_makes_the_waiter_read() {
+        let signals = RunSignals::default();
+        let settlement = signals.watch("r1");
+        signals.committed("r1", Some(word("waiting_approval")));
+        // Approved and resumed here; its driver stopped before the run ended.
+        signals.committed("r1", None);
+        signals.settled("r1");
+        assert_eq!(settlement.settled().await, None);
+    }
+
+    #[tokio::test]
+    async fn a_plain_commit_does_not_wake_a_waiter() {
+        let signals = RunSignals::default();
+        let settlement = signals.watch("r1");
+        signals.committed("r1", None);
+        let woke =
+            tokio::time::timeout(std::time::Duration::from_millis(20), settlement.settled()).await;
+        assert!(woke.is_err(), "woken by a commit that settled nothing");
+        // Another run's word is not this waiter's.
+        signals.committed("r2", Some(word("completed")));
+        signals.settled("r2");
+        let woke =
+            tokio::time::timeout(std::time::Duration::from_millis(20), settlement.settled()).await;
+        assert!(woke.is_err(), "woken by another run");
+    }
 
     #[test]
     fn remembered_runs_stay_bounded_and_each_is_taken_once() {

@@ -427,9 +427,10 @@ impl Workers {
     /// Waits until the run is terminal, at most `wait`, or until the process
     /// stops. Changes in this process wake the wait at once, and a commit here
     /// that ended or parked the run hands over what it wrote instead of the run
-    /// being read back; a run driven by another replica is re-read every 200 ms. `settlement` must have been
-    /// registered before `current` (the run as last read, if the caller has it)
-    /// was read, so that no change falls between the two.
+    /// being read back; a run driven by another replica is re-read every 200 ms.
+    /// `settlement` must have been registered before `current` (the run as last
+    /// read, if the caller has it) was read, so that no change falls between the
+    /// two.
     pub async fn wait(
         &self,
         settlement: &Settlement,

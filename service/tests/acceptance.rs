@@ -807,27 +807,32 @@ async fn respond_async_answers_202_with_location_and_the_run_finishes_without_it
 async fn a_creation_that_waited_answers_with_the_run_exactly_as_a_read_shows_it() {
     for (backend, url) in fresh_databases("answer").await {
         let s = serve(&url);
-        let goal = json!({"goal": "Check whether claim case C-102 holds every required document."});
-        let (status, created) = post(&s.api, "C-102", DEMO, "answer-key-0001", goal).await;
-        assert_eq!(status, 201, "{backend}: {created}");
-        assert_eq!(created["status"], "completed", "{backend}");
-        let run_id = created["run_id"].as_str().unwrap();
-        let read = get(&s.api, &format!("/v1/agent-runs/{run_id}")).await;
-        assert_eq!(
-            created, read,
-            "{backend}: the creation's answer and a read differ"
-        );
-
-        let goal = json!({"goal": "Check claim case C-104 and hand it to the assessors."});
-        let (status, parked) = post(&s.api, "C-104", DEMO, "answer-key-0002", goal).await;
-        assert_eq!(status, 202, "{backend}: {parked}");
-        assert_eq!(parked["status"], "waiting_approval", "{backend}: {parked}");
-        let run_id = parked["run_id"].as_str().unwrap();
-        let read = get(&s.api, &format!("/v1/agent-runs/{run_id}")).await;
-        assert_eq!(
-            parked, read,
-            "{backend}: the parked run's answer and a read differ"
-        );
+        let cases = [
+            (
+                "C-102",
+                "Check whether claim case C-102 holds every required document.",
+                201,
+                "completed",
+            ),
+            (
+                "C-104",
+                "Check claim case C-104 and hand it to the assessors.",
+                202,
+                "waiting_approval",
+            ),
+        ];
+        for (n, (case, goal, code, run_status)) in cases.into_iter().enumerate() {
+            let key = format!("answer-key-000{n}");
+            let (status, answer) = post(&s.api, case, DEMO, &key, json!({ "goal": goal })).await;
+            assert_eq!(status, code, "{backend} {case}: {answer}");
+            assert_eq!(answer["status"], run_status, "{backend} {case}: {answer}");
+            let run_id = answer["run_id"].as_str().unwrap();
+            let read = get(&s.api, &format!("/v1/agent-runs/{run_id}")).await;
+            assert_eq!(
+                answer, read,
+                "{backend} {case}: the creation's answer and a read differ"
+            );
+        }
     }
 }
 

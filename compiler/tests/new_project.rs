@@ -1,7 +1,6 @@
 //! `caseops-compile new`: the project it writes passes the compiler's own checks as
 //! it comes, and (ignored by default: it builds the project's crates) its smoke test.
 
-mod cargo_support;
 mod temp_support;
 
 use std::path::{Path, PathBuf};
@@ -161,7 +160,7 @@ fn a_new_project_passes_its_own_smoke_test() {
         repo_root().join("workspace-deps").canonicalize().unwrap()
     ));
     std::fs::write(&manifest, host).unwrap();
-    let out = cargo_support::plain_cargo()
+    let out = Command::new(env!("CARGO"))
         .args(["test", "--quiet"])
         .current_dir(&project)
         .env("CARGO_TARGET_DIR", repo_root().join("target/scratch"))

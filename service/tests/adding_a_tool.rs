@@ -7,9 +7,6 @@
 //! run; `.ci/run` runs it on its own after the suite:
 //! `cargo test --workspace --all-features -- --ignored`.
 
-#[path = "../../compiler/tests/cargo_support/mod.rs"]
-mod cargo_support;
-
 use std::collections::VecDeque;
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
@@ -106,7 +103,7 @@ fn steps() -> Vec<(String, String)> {
 }
 
 fn cargo(root: &Path, args: &[&str]) -> String {
-    let out = cargo_support::plain_cargo()
+    let out = Command::new(env!("CARGO"))
         .args(args)
         .current_dir(root)
         .env("CARGO_TARGET_DIR", repo().join("target/scratch"))

@@ -692,6 +692,59 @@ async fn a_driver_dropped_mid_run_stops_renewing_its_lease() {
     }
 }
 
+/// The run's lease as stored: owner and expiry.
+async fn lease_of(db: &Db, run_id: &str) -> (Option<String>, Option<i64>) {
+    let rows = db
+        .fetch_all(
+            "SELECT lease_owner, lease_expires_at FROM runs WHERE run_id = ?",
+            &caseops_host::params![run_id],
+        )
+        .await
+        .unwrap();
+    (
+        rows[0].get("lease_owner").unwrap(),
+        rows[0].get("lease_expires_at").unwrap(),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn commits_between_steps_leave_the_lease_to_the_heartbeat_and_the_last_one_releases_it() {
+    for (backend, url) in fresh_databases("lease_commits").await {
+        let (db, store, direct) = setup(&url).await;
+        store
+            .allocate(&new_run("r1", "key-00004", "h"))
+            .await
+            .unwrap();
+        let allocated = lease_of(&db, "r1").await;
+        assert!(allocated.1.is_some(), "{backend}: a new run is leased");
+        // Later than the allocation, so a renewing commit would move the expiry.
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        let dying = DiesAt(&store, 3, Default::default());
+        let engine = Engine::<Bundle>::new().unwrap();
+        assert!(
+            engine
+                .start(spec("r1"), &ConformancePlanner, &direct, &dying)
+                .await
+                .is_err()
+        );
+        let committed = count(
+            &db,
+            "SELECT COUNT(*) AS n FROM checkpoints WHERE run_id = 'r1'",
+        )
+        .await;
+        assert!(committed > 0, "{backend}: three commits were made");
+        // No indexed column of the row moved: PostgreSQL updates it in place.
+        assert_eq!(lease_of(&db, "r1").await, allocated, "{backend}");
+
+        let out = engine
+            .resume("r1", &ConformancePlanner, &direct, &store)
+            .await
+            .unwrap();
+        assert_eq!(out.status, "completed", "{backend}");
+        assert_eq!(lease_of(&db, "r1").await, (None, None), "{backend}");
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_driver_that_lost_its_lease_writes_nothing() {
     for (backend, url) in fresh_databases("fenced").await {

@@ -281,7 +281,7 @@ pub struct SqlRunStore {
     pub db: Db,
     /// This process's identity for run leases.
     pub owner: String,
-    /// How long a lease lasts without a commit renewing it.
+    /// How long a lease lasts without a heartbeat renewing it.
     pub lease_ms: i64,
     /// Where commits are announced (waiting requests, event streams).
     signals: Option<RunSignals>,
@@ -335,7 +335,7 @@ impl RunFacts {
     }
 }
 
-/// Default lease. A driver renews its lease every third of it (and at every commit),
+/// Default lease. A driver renews its lease every third of it,
 /// so a live process loses a run only after missing three heartbeats in a row (a
 /// database stalled for that long); a dead one's runs are claimed at most a lease
 /// plus one claim interval after its last heartbeat. Five seconds keeps a rolling
@@ -599,8 +599,8 @@ impl SqlRunStore {
     }
 
     /// Runs `work` on a run this process holds, renewing the lease meanwhile:
-    /// commits renew it too, but a single planner or tool call may outlast a lease,
-    /// and the run must not look abandoned while it runs. The heartbeat is polled
+    /// commits do not renew it, and a single planner or tool call may outlast a
+    /// lease, so the run must not look abandoned while it runs. The heartbeat is polled
     /// inside this future, so dropping it (a cancelled driver) stops the renewals
     /// too and the lease runs out. `None` when the lease was lost first: another
     /// replica drives the run now and `work` was dropped.
@@ -915,12 +915,18 @@ impl SqlRunStore {
             (None, Some(_)) => "waiting_approval".to_string(),
             (None, None) => "running".to_string(),
         };
-        // Every commit renews this process's lease; the terminal one releases it, and
-        // so does parking the run for an approval (nobody drives it until decided).
+        // The terminal commit releases the lease, and so does parking the run for
+        // an approval (nobody drives it until decided). Any other commit leaves the
+        // lease as it is: the driver's heartbeat renews it (`while_leased`), and a
+        // commit that changes no indexed column lets PostgreSQL update the row in
+        // place (a HOT update) instead of adding an entry to each of its indexes.
         let now = now_ms();
         let holds = batch.outcome.is_none() && batch.approval.is_none();
-        let expires = holds.then_some(now + self.lease_ms);
-        let owner = holds.then(|| self.owner.clone());
+        let lease_set = if holds {
+            ""
+        } else {
+            "lease_owner = NULL, lease_expires_at = NULL, "
+        };
         // Recovery reads only the newest snapshot, so one lives on the run's row:
         // the batch's (kept when it brought none), and none once the run has ended.
         let snapshot = batch
@@ -933,7 +939,7 @@ impl SqlRunStore {
             None => "COALESCE(?, snapshot)",
         };
         let sql = format!(
-            "UPDATE runs SET state = ?, status = ?, step_count = ?, final_result = ?, provenance = ?, stop_reason = ?, updated_at = ?, lease_owner = ?, lease_expires_at = ?, snapshot = {snapshot_set} \
+            "UPDATE runs SET state = ?, status = ?, step_count = ?, final_result = ?, provenance = ?, stop_reason = ?, updated_at = ?, {lease_set}snapshot = {snapshot_set} \
              WHERE run_id = ? AND lease_owner = ? AND status = 'running'"
         );
         let written = Settled {
@@ -960,9 +966,7 @@ impl SqlRunStore {
             written.final_result.clone(),
             written.provenance.clone(),
             written.stop_reason.clone(),
-            now,
-            owner,
-            expires
+            now
         ]);
         if batch.outcome.is_none() {
             values.extend(params![snapshot]);

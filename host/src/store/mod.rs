@@ -216,6 +216,12 @@ pub const HOST_MIGRATIONS: &[Migration] = &[
         sqlite: include_str!("../../migrations/sqlite/1008_outbox_rendered.sql"),
         postgres: include_str!("../../migrations/postgres/1008_outbox_rendered.sql"),
     },
+    Migration {
+        version: 1009,
+        description: "ledger without foreign keys",
+        sqlite: include_str!("../../migrations/sqlite/1009_ledger_without_foreign_keys.sql"),
+        postgres: include_str!("../../migrations/postgres/1009_ledger_without_foreign_keys.sql"),
+    },
 ];
 
 const HOST_TABLES: &[&str] = &[
@@ -663,9 +669,11 @@ mod tests {
         let order: Vec<i64> = migrations(&NOTES).iter().map(|m| m.version).collect();
         assert_eq!(
             order,
-            [1, 3, 4, 5, 1000, 1001, 1003, 1004, 1005, 1006, 1007, 1008]
+            [
+                1, 3, 4, 5, 1000, 1001, 1003, 1004, 1005, 1006, 1007, 1008, 1009
+            ]
         );
-        assert_eq!(latest(&NOTES), 1008);
+        assert_eq!(latest(&NOTES), 1009);
     }
 
     #[tokio::test]
@@ -715,7 +723,7 @@ mod tests {
         let version: i64 = conn
             .pragma_query_value(None, "user_version", |r| r.get(0))
             .unwrap();
-        assert_eq!(version, 1008);
+        assert_eq!(version, latest(&AppSchema::NONE));
         // The relay's pending index came back with the table.
         let indexes: i64 = conn
             .query_row(

@@ -335,9 +335,9 @@ impl RunFacts {
     }
 }
 
-/// Default lease. A driver renews its lease every third of it,
-/// so a live process loses a run only after missing three heartbeats in a row (a
-/// database stalled for that long); a dead one's runs are claimed at most a lease
+/// Default lease. A driver renews its lease every third of it, so a live process
+/// loses a run only after missing three heartbeats in a row (a database stalled
+/// for that long); a dead one's runs are claimed at most a lease
 /// plus one claim interval after its last heartbeat. Five seconds keeps a rolling
 /// deploy's SIGKILLed replica from holding runs for more than a few seconds while
 /// costing one small UPDATE per running run every 1.7 s.
@@ -600,9 +600,9 @@ impl SqlRunStore {
 
     /// Runs `work` on a run this process holds, renewing the lease meanwhile:
     /// commits do not renew it, and a single planner or tool call may outlast a
-    /// lease, so the run must not look abandoned while it runs. The heartbeat is polled
-    /// inside this future, so dropping it (a cancelled driver) stops the renewals
-    /// too and the lease runs out. `None` when the lease was lost first: another
+    /// lease, so the run must not look abandoned while it runs. The heartbeat is
+    /// polled inside this future, so dropping it (a cancelled driver) stops the
+    /// renewals too and the lease runs out. `None` when the lease was lost first: another
     /// replica drives the run now and `work` was dropped.
     pub async fn while_leased<F: std::future::Future>(
         &self,

@@ -222,6 +222,12 @@ pub const HOST_MIGRATIONS: &[Migration] = &[
         sqlite: include_str!("../../migrations/sqlite/1009_ledger_without_foreign_keys.sql"),
         postgres: include_str!("../../migrations/postgres/1009_ledger_without_foreign_keys.sql"),
     },
+    Migration {
+        version: 1010,
+        description: "checkpoints without rowid",
+        sqlite: include_str!("../../migrations/sqlite/1010_checkpoints_without_rowid.sql"),
+        postgres: include_str!("../../migrations/postgres/1010_checkpoints_without_rowid.sql"),
+    },
 ];
 
 const HOST_TABLES: &[&str] = &[
@@ -670,10 +676,10 @@ mod tests {
         assert_eq!(
             order,
             [
-                1, 3, 4, 5, 1000, 1001, 1003, 1004, 1005, 1006, 1007, 1008, 1009
+                1, 3, 4, 5, 1000, 1001, 1003, 1004, 1005, 1006, 1007, 1008, 1009, 1010
             ]
         );
-        assert_eq!(latest(&NOTES), 1009);
+        assert_eq!(latest(&NOTES), 1010);
     }
 
     #[tokio::test]
@@ -733,6 +739,80 @@ mod tests {
             )
             .unwrap();
         assert_eq!(indexes, 2);
+    }
+
+    /// 1010 rebuilds SQLite's checkpoints without a rowid: every row of a file
+    /// at 1009 comes through with every column, and the key still refuses a
+    /// repeated sequence.
+    #[test]
+    fn the_checkpoints_rebuild_keeps_every_row_and_the_key() {
+        let mut conn = rusqlite::Connection::open_in_memory().unwrap();
+        let all = migrations(&AppSchema::NONE);
+        let (before, after): (Vec<Migration>, Vec<Migration>) =
+            all.iter().partition(|m| m.version < 1010);
+        migrate_sqlite(&mut conn, &before).unwrap();
+        conn.execute_batch(
+            "INSERT INTO runs (run_id, tenant_id, resource_id, actor, idempotency_key, request_hash, goal, planner_kind, status, state, spec, bundle_digest, created_at, updated_at) \
+             VALUES ('r', 't', 'c', 'a', 'k', 'h', 'g', 'p', 'running', 'observing', '{}', 'd', 1, 1); \
+             INSERT INTO checkpoints (run_id, sequence, from_state, to_state, at_ms, reason, snapshot) \
+             VALUES ('r', 1, 'created', 'planning', 5, NULL, '{\"old\":true}'), ('r', 2, 'planning', 'observing', 6, 'why', NULL)",
+        )
+        .unwrap();
+        migrate_sqlite(&mut conn, &after).unwrap();
+        type CheckpointRow = (
+            String,
+            i64,
+            String,
+            String,
+            i64,
+            Option<String>,
+            Option<String>,
+        );
+        let rows: Vec<CheckpointRow> = conn
+            .prepare("SELECT run_id, sequence, from_state, to_state, at_ms, reason, snapshot FROM checkpoints ORDER BY sequence")
+            .unwrap()
+            .query_map([], |r| {
+                Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?, r.get(5)?, r.get(6)?))
+            })
+            .unwrap()
+            .collect::<Result<_, _>>()
+            .unwrap();
+        assert_eq!(
+            rows,
+            [
+                (
+                    "r".into(),
+                    1,
+                    "created".into(),
+                    "planning".into(),
+                    5,
+                    None,
+                    Some(r#"{"old":true}"#.into())
+                ),
+                (
+                    "r".into(),
+                    2,
+                    "planning".into(),
+                    "observing".into(),
+                    6,
+                    Some("why".into()),
+                    None
+                )
+            ]
+        );
+        let repeated = conn.execute(
+            "INSERT INTO checkpoints (run_id, sequence, from_state, to_state, at_ms) VALUES ('r', 2, 'a', 'b', 7)",
+            [],
+        );
+        assert!(repeated.is_err(), "a repeated sequence is refused");
+        let table: String = conn
+            .query_row(
+                "SELECT sql FROM sqlite_master WHERE name = 'checkpoints'",
+                [],
+                |r| r.get(0),
+            )
+            .unwrap();
+        assert!(table.ends_with("WITHOUT ROWID"), "{table}");
     }
 
     #[tokio::test]

@@ -339,6 +339,65 @@ async fn a_database_outage_makes_readiness_fail_fast_and_every_run_completes_aft
     assert_all_runs_exact(&url, 1 + keys.len(), &reference).await;
 }
 
+/// Takes SQLite's write lock on `path` as another process would and holds it for
+/// `hold` on a thread of its own; returns once it is taken.
+async fn hold_write_lock(path: &str, hold: Duration) -> std::thread::JoinHandle<()> {
+    let path = path.to_string();
+    let (taken, held) = tokio::sync::oneshot::channel();
+    let holder = std::thread::spawn(move || {
+        let conn = rusqlite::Connection::open(&path).unwrap();
+        conn.busy_timeout(Duration::from_secs(5)).unwrap();
+        conn.execute_batch("BEGIN IMMEDIATE").unwrap();
+        taken.send(()).unwrap();
+        std::thread::sleep(hold);
+        conn.execute_batch("ROLLBACK").unwrap();
+    });
+    held.await.unwrap();
+    holder
+}
+
+/// `caseops migrate` of a large file, a backup or a person's `sqlite3` session can
+/// hold SQLite's write lock for longer than the server waits for it (5 s).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sqlite_write_lock_held_past_the_busy_timeout_loses_no_run() {
+    let databases = fresh_databases("locked").await;
+    let url = databases.sqlite().to_string();
+    let path = url.trim_start_matches("sqlite://").to_string();
+    let replica = Replica::start_with_env(
+        &url,
+        &serve_args("2"),
+        &[("CASEOPS_FAULT_TOOL_DELAY_MS", "50")],
+    );
+    let api = replica.api().to_string();
+    let reference = reference_run(&api).await;
+    let keys: Vec<String> = (0..10).map(|i| format!("locked-{i:03}")).collect();
+    let (first, rest) = keys.split_at(1);
+
+    // No run in flight: a creation waits as long as the server's busy timeout, then
+    // is refused as unavailable (retry with the same key), not as an error. The lock
+    // outlasts two timeouts, in case the workers' claim poll took the writer first.
+    let holder = hold_write_lock(&path, Duration::from_secs(11)).await;
+    let started = Instant::now();
+    let (status, body) = post_run(&client(), &api, &first[0], None).await.unwrap();
+    assert_eq!(status, 503, "{body}");
+    assert!(
+        started.elapsed() < Duration::from_secs(11),
+        "answered before the lock went, in {:?}",
+        started.elapsed()
+    );
+    holder.join().unwrap();
+
+    // Runs in flight: their commits fail after the busy timeout, and they are taken
+    // up again once the lock goes.
+    load(&api, rest).await;
+    hold_write_lock(&path, Duration::from_millis(6500))
+        .await
+        .join()
+        .unwrap();
+    finish_all(std::slice::from_ref(&api), &keys, Duration::from_secs(30)).await;
+    assert_all_runs_exact(&url, 1 + keys.len(), &reference).await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_run_left_before_its_first_checkpoint_is_started_over_without_any_client() {
     use caseops_generated::Bundle;

@@ -815,6 +815,59 @@ mod tests {
         assert!(table.ends_with("WITHOUT ROWID"), "{table}");
     }
 
+    /// Files written before version 1006 hold a snapshot in every checkpoint, inserted
+    /// as runs interleaved. Copied in that order into a table keyed by run, the rows
+    /// land in the middle of half-full pages; the file would grow by a third.
+    #[test]
+    fn the_checkpoints_rebuild_of_old_snapshots_does_not_grow_the_file() {
+        let mut conn = rusqlite::Connection::open_in_memory().unwrap();
+        let all = migrations(&AppSchema::NONE);
+        let (before, after): (Vec<Migration>, Vec<Migration>) =
+            all.iter().partition(|m| m.version < 1010);
+        migrate_sqlite(&mut conn, &before).unwrap();
+        let runs: Vec<String> = (0..100).map(|_| uuid::Uuid::new_v4().to_string()).collect();
+        let tx = conn.transaction().unwrap();
+        for run in &runs {
+            tx.execute(
+                "INSERT INTO runs (run_id, tenant_id, resource_id, actor, idempotency_key, request_hash, goal, planner_kind, status, state, spec, bundle_digest, created_at, updated_at) \
+                 VALUES (?1, 't', 'c', 'a', ?1, 'h', 'g', 'p', 'succeeded', 'completed', '{}', 'd', 1, 1)",
+                [run],
+            )
+            .unwrap();
+        }
+        let snapshot = format!("{{\"observations\":\"{}\"}}", "x".repeat(780));
+        for sequence in 1..=22 {
+            for run in &runs {
+                tx.execute(
+                    "INSERT INTO checkpoints (run_id, sequence, from_state, to_state, at_ms, snapshot) \
+                     VALUES (?1, ?2, 'planning', 'observing', 1, ?3)",
+                    rusqlite::params![run, sequence, snapshot],
+                )
+                .unwrap();
+            }
+        }
+        tx.commit().unwrap();
+        let pages_in_use = |conn: &rusqlite::Connection| -> i64 {
+            conn.query_row(
+                "SELECT (SELECT page_count FROM pragma_page_count()) - (SELECT freelist_count FROM pragma_freelist_count())",
+                [],
+                |r| r.get(0),
+            )
+            .unwrap()
+        };
+        let old = pages_in_use(&conn);
+        migrate_sqlite(&mut conn, &after).unwrap();
+        let new = pages_in_use(&conn);
+        assert!(
+            new <= old,
+            "the rebuilt table takes {new} pages, the old one and its key {old}"
+        );
+        let kept: i64 = conn
+            .query_row("SELECT count(*) FROM checkpoints", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(kept, 2_200);
+    }
+
     #[tokio::test]
     async fn reopening_a_sqlite_file_does_not_reapply_migrations() {
         let dir = std::env::temp_dir().join(format!("caseops-migrate-{}", uuid::Uuid::new_v4()));

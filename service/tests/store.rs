@@ -745,6 +745,64 @@ async fn commits_between_steps_leave_the_lease_to_the_heartbeat_and_the_last_one
     }
 }
 
+/// SQLite rewrites the entry of every index whose column an UPDATE assigns, even
+/// to the value it had; `status` is in `runs_by_lease`. A trigger `UPDATE OF
+/// status` fires exactly when the column is assigned, on both backends.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn commits_that_keep_a_run_running_leave_its_indexed_status_unassigned() {
+    for (backend, url) in fresh_databases("status_writes").await {
+        let (db, store, direct) = setup(&url).await;
+        db.execute("CREATE TABLE status_writes (run_id TEXT NOT NULL)", &[])
+            .await
+            .unwrap();
+        if backend == "postgres" {
+            db.execute(
+                "CREATE FUNCTION note_status() RETURNS trigger LANGUAGE plpgsql AS \
+                 $$ BEGIN INSERT INTO status_writes VALUES (NEW.run_id); RETURN NULL; END $$",
+                &[],
+            )
+            .await
+            .unwrap();
+            db.execute(
+                "CREATE TRIGGER status_assigned AFTER UPDATE OF status ON runs \
+                 FOR EACH ROW EXECUTE FUNCTION note_status()",
+                &[],
+            )
+            .await
+            .unwrap();
+        } else {
+            db.execute(
+                "CREATE TRIGGER status_assigned AFTER UPDATE OF status ON runs \
+                 BEGIN INSERT INTO status_writes VALUES (NEW.run_id); END",
+                &[],
+            )
+            .await
+            .unwrap();
+        }
+        store
+            .allocate(&new_run("r1", "key-00005", "h"))
+            .await
+            .unwrap();
+        let dying = DiesAt(&store, 3, Default::default());
+        let engine = Engine::<Bundle>::new().unwrap();
+        assert!(
+            engine
+                .start(spec("r1"), &ConformancePlanner, &direct, &dying)
+                .await
+                .is_err()
+        );
+        let writes = "SELECT COUNT(*) AS n FROM status_writes";
+        assert_eq!(count(&db, writes).await, 0, "{backend}: three commits");
+
+        let out = engine
+            .resume("r1", &ConformancePlanner, &direct, &store)
+            .await
+            .unwrap();
+        assert_eq!(out.status, "completed", "{backend}");
+        assert_eq!(count(&db, writes).await, 1, "{backend}: the terminal one");
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_driver_that_lost_its_lease_writes_nothing() {
     for (backend, url) in fresh_databases("fenced").await {

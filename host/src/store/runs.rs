@@ -927,6 +927,11 @@ impl SqlRunStore {
         } else {
             "lease_owner = NULL, lease_expires_at = NULL, "
         };
+        // A commit that keeps the run running leaves `status` out of its SET list
+        // (the WHERE clause already requires it): SQLite rewrites the entry of every
+        // index whose column is assigned, changed or not, so naming it cost a page of
+        // `runs_by_lease` per commit.
+        let status_set = if holds { "" } else { "status = ?, " };
         // Recovery reads only the newest snapshot, so one lives on the run's row:
         // the batch's (kept when it brought none), and none once the run has ended.
         let snapshot = batch
@@ -939,7 +944,7 @@ impl SqlRunStore {
             None => "COALESCE(?, snapshot)",
         };
         let sql = format!(
-            "UPDATE runs SET state = ?, status = ?, step_count = ?, final_result = ?, provenance = ?, stop_reason = ?, updated_at = ?, {lease_set}snapshot = {snapshot_set} \
+            "UPDATE runs SET state = ?, {status_set}step_count = ?, final_result = ?, provenance = ?, stop_reason = ?, updated_at = ?, {lease_set}snapshot = {snapshot_set} \
              WHERE run_id = ? AND lease_owner = ? AND status = 'running'"
         );
         let written = Settled {
@@ -959,9 +964,11 @@ impl SqlRunStore {
             stop_reason: batch.outcome.as_ref().and_then(|o| o.stop_reason.clone()),
             updated_at: now,
         };
-        let mut values = Vec::from(params![
-            &written.state,
-            &written.status,
+        let mut values = Vec::from(params![&written.state]);
+        if !holds {
+            values.extend(params![&written.status]);
+        }
+        values.extend(params![
             written.step_count,
             written.final_result.clone(),
             written.provenance.clone(),

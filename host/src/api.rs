@@ -499,7 +499,10 @@ async fn start_run(
             .as_bytes(),
     );
     let spec = RunSpec {
-        run_id: format!("run-{}", uuid::Uuid::new_v4()),
+        // Time-ordered (UUIDv7): a run's rows are keyed by its id, and new ids that
+        // sort after the old ones are appended at the B-trees' right edge instead of
+        // splitting pages anywhere in them.
+        run_id: format!("run-{}", uuid::Uuid::now_v7()),
         tenant_id: who.tenant_id.clone(),
         task_id: format!("task-{}", uuid::Uuid::new_v4()),
         subject: who.actor.clone(),

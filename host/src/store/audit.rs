@@ -379,7 +379,7 @@ async fn chain_events(
             params![
                 tenant,
                 seq,
-                uuid::Uuid::new_v4().to_string(),
+                event_id(),
                 fact.run_id,
                 fact.kind,
                 payload.to_string(),
@@ -391,7 +391,7 @@ async fn chain_events(
         Statement::new(
             format!("INSERT INTO outbox_events ({OUTBOX_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?)"),
             params![
-                uuid::Uuid::new_v4().to_string(),
+                event_id(),
                 tenant,
                 fact.run_id,
                 &fact.topic,
@@ -434,7 +434,7 @@ pub(crate) fn appended(event: &Event<'_>, gate: &str) -> Vec<(String, Statement)
          SELECT ?, seq, ?, ?, ?, ?, prev_hash, hash, ? FROM audit_head",
         params![
             tenant,
-            uuid::Uuid::new_v4().to_string(),
+            event_id(),
             fact.run_id,
             fact.kind,
             event.payload.to_string(),
@@ -446,7 +446,7 @@ pub(crate) fn appended(event: &Event<'_>, gate: &str) -> Vec<(String, Statement)
             "INSERT INTO outbox_events ({OUTBOX_COLUMNS}) SELECT ?, ?, ?, ?, ?, ?, seq FROM audit_head"
         ),
         params![
-            uuid::Uuid::new_v4().to_string(),
+            event_id(),
             tenant,
             fact.run_id,
             &fact.topic,
@@ -557,6 +557,12 @@ fn verify_rows(rows: &[super::sql::Row]) -> Result<Verification, DbError> {
         current = Some((tenant, seq, hash));
     }
     Ok(v)
+}
+
+/// An event's id: time-ordered (UUIDv7), so that the unique indexes on event ids
+/// grow at their right edge as runs' ids do (see the API's run ids).
+fn event_id() -> String {
+    uuid::Uuid::now_v7().to_string()
 }
 
 #[cfg(test)]

@@ -817,7 +817,7 @@ mod tests {
 
     /// Files written before version 1006 hold a snapshot in every checkpoint, inserted
     /// as runs interleaved. Copied in that order into a table keyed by run, the rows
-    /// land in the middle of half-full pages; the file would grow by a third.
+    /// split pages that stay a third empty, and the file grows instead of shrinking.
     #[test]
     fn the_checkpoints_rebuild_of_old_snapshots_does_not_grow_the_file() {
         let mut conn = rusqlite::Connection::open_in_memory().unwrap();

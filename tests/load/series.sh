@@ -11,6 +11,10 @@ set -euo pipefail
 backend=$1
 bin=${2:-target/release/caseops}
 here=$(cd "$(dirname "$0")" && pwd)
+for tool in wrk python3; do
+  # Without it the series would stop half-way with a line of empty figures.
+  command -v "$tool" >/dev/null || { echo "$tool is not installed (Debian: apt-get install $tool)" >&2; exit 2; }
+done
 dur=${CASEOPS_SERIES_SECONDS:-5}
 . "$here/fresh_server.sh"
 fresh_server "$backend" "$bin" caseops_series

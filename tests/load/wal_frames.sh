@@ -26,7 +26,7 @@ python3 - "$work/pwrite.txt" "$work/caseops.db" "$n" <<'PY'
 import collections, re, sqlite3, sys
 frames = []
 for line in open(sys.argv[1]):
-    m = re.match(r'\d+ pwrite64\(\d+, "([^"]*)"\.*, 24, \d+\)', line)
+    m = re.match(r'\d+\s+pwrite64\(\d+, "([^"]*)"\.*, 24, \d+\)', line)
     if m:
         head = bytes(int(x, 16) for x in re.findall(r'\\x([0-9a-f]{2})', m.group(1)))
         frames.append((int.from_bytes(head[:4], "big"), int.from_bytes(head[4:8], "big")))

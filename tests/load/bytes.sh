@@ -2,7 +2,9 @@
 # Bytes stored per C-102 run, per table: RUNS fresh runs through the API on a fresh
 # database, then the size of every stored value (`length()` of each column on
 # SQLite, `pg_column_size(row)` on PostgreSQL) divided by the runs, and the file /
-# database size per run.
+# database size per run. On SQLite also the file's pages per run by table and index
+# (`dbstat`, so the `sqlite3` CLI must have it, as Debian's does): a table's pages
+# can hold much less than a page of values each.
 #
 #   tests/load/bytes.sh sqlite|postgres [path/to/caseops] [RUNS]
 set -euo pipefail
@@ -38,6 +40,9 @@ for (t,) in c.execute("SELECT name FROM sqlite_master WHERE type = 'table' AND n
     total += size
 print(f"sqlite values: {total / runs:.0f} bytes/run over {runs} runs; the file grew {int(sys.argv[2]) / runs / 1024:.1f} KB/run")
 PY
+    runs=$(sqlite3 "$work/caseops.db" "SELECT count(*) FROM runs")
+    sqlite3 -separator ' ' "$work/caseops.db" "SELECT name, count(*), sum(pgsize) FROM dbstat GROUP BY name ORDER BY sum(pgsize) DESC" |
+      awk -v runs="$runs" '$3 / runs >= 100 {printf "sqlite file %s: %d pages, %.0f bytes/run\n", $1, $2, $3 / runs}'
     ;;
   postgres)
     runs=$(psql -qtA "$url" -c "SELECT count(*) FROM runs")

@@ -567,7 +567,11 @@ pub fn parse_api_keys(
         let mut granted = scopes.to_vec();
         for extra in words {
             match extra.strip_prefix('+') {
-                Some(scope) if !scope.is_empty() => granted.push(scope.to_string()),
+                Some(scope) if !scope.is_empty() => {
+                    if !granted.iter().any(|s| s == scope) {
+                        granted.push(scope.to_string());
+                    }
+                }
                 _ => return Err(bad()),
             }
         }
@@ -789,5 +793,19 @@ mod api_key_tests {
         )
         .unwrap_err();
         assert!(err.contains("entry 1") && err.contains("+scope"), "{err}");
+    }
+
+    #[test]
+    fn an_extra_scope_the_tools_already_grant_is_listed_once() {
+        let tools = vec!["case:read".to_string()];
+        let keys = parse_api_keys(
+            "k3y-0123456789abcdef=tenant-acme:user:bob +case:read +approval:decide +approval:decide",
+            &tools,
+        )
+        .unwrap();
+        assert_eq!(
+            keys["k3y-0123456789abcdef"].scopes,
+            ["case:read", "approval:decide"]
+        );
     }
 }

@@ -7,12 +7,16 @@ use caseops_generated::Bundle;
 use caseops_host::api::ApiPrincipal;
 use caseops_runtime::ContractBundle;
 
-/// Every scope a tool of the bundle requires.
+/// Every scope a tool of the bundle requires, each once (several tools share one;
+/// the list is copied into every run's spec and task token).
 pub fn all_scopes() -> Vec<String> {
-    Bundle::TOOLS
-        .iter()
-        .map(|t| t.required_scope.to_string())
-        .collect()
+    let mut scopes: Vec<String> = Vec::new();
+    for tool in Bundle::TOOLS {
+        if !scopes.iter().any(|s| s == tool.required_scope) {
+            scopes.push(tool.required_scope.to_string());
+        }
+    }
+    scopes
 }
 
 pub fn dev_keys() -> HashMap<String, ApiPrincipal> {
@@ -60,4 +64,24 @@ pub fn dev_keys() -> HashMap<String, ApiPrincipal> {
             },
         ),
     ])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn all_scopes_lists_each_scope_of_the_bundle_once_in_tool_order() {
+        let scopes = all_scopes();
+        let mut unique = scopes.clone();
+        unique.sort();
+        unique.dedup();
+        assert_eq!(scopes.len(), unique.len(), "{scopes:?}");
+        // Several reference tools share a scope: the list is shorter than the tools.
+        assert!(scopes.len() < Bundle::TOOLS.len(), "{scopes:?}");
+        for tool in Bundle::TOOLS {
+            assert!(scopes.iter().any(|s| s == tool.required_scope));
+        }
+        assert_eq!(scopes[0], Bundle::TOOLS[0].required_scope);
+    }
 }

@@ -206,10 +206,12 @@ impl<B: ContractBundle> McpClient<B> {
 
     /// A token with every scope of the bundle, for readiness checks.
     pub fn readiness_token(&self) -> Result<String, ExecError> {
-        let scopes: Vec<String> = B::TOOLS
+        let mut scopes: Vec<String> = B::TOOLS
             .iter()
             .map(|t| t.required_scope.to_string())
             .collect();
+        scopes.sort();
+        scopes.dedup();
         let ctx = CallContext {
             tenant_id: "caseops-readiness".into(),
             task_id: "caseops-readiness".into(),

@@ -46,4 +46,16 @@ pub trait ContractBundle: Send + Sync + 'static {
     fn tool(name: &str) -> Option<&'static ToolContract> {
         Self::TOOLS.iter().find(|t| t.name == name)
     }
+
+    /// The scopes the tools require, each once, in tool order (several tools
+    /// share one).
+    fn required_scopes() -> Vec<&'static str> {
+        let mut scopes: Vec<&'static str> = Vec::new();
+        for tool in Self::TOOLS {
+            if !scopes.contains(&tool.required_scope) {
+                scopes.push(tool.required_scope);
+            }
+        }
+        scopes
+    }
 }

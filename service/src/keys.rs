@@ -10,13 +10,10 @@ use caseops_runtime::ContractBundle;
 /// Every scope a tool of the bundle requires, each once (several tools share one;
 /// the list is copied into every run's spec and task token).
 pub fn all_scopes() -> Vec<String> {
-    let mut scopes: Vec<String> = Vec::new();
-    for tool in Bundle::TOOLS {
-        if !scopes.iter().any(|s| s == tool.required_scope) {
-            scopes.push(tool.required_scope.to_string());
-        }
-    }
-    scopes
+    Bundle::required_scopes()
+        .into_iter()
+        .map(str::to_string)
+        .collect()
 }
 
 pub fn dev_keys() -> HashMap<String, ApiPrincipal> {

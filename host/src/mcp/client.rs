@@ -206,12 +206,10 @@ impl<B: ContractBundle> McpClient<B> {
 
     /// A token with every scope of the bundle, for readiness checks.
     pub fn readiness_token(&self) -> Result<String, ExecError> {
-        let mut scopes: Vec<String> = B::TOOLS
-            .iter()
-            .map(|t| t.required_scope.to_string())
+        let scopes = B::required_scopes()
+            .into_iter()
+            .map(str::to_string)
             .collect();
-        scopes.sort();
-        scopes.dedup();
         let ctx = CallContext {
             tenant_id: "caseops-readiness".into(),
             task_id: "caseops-readiness".into(),

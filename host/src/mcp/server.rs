@@ -526,9 +526,8 @@ fn rpc_status(code: StatusCode, body: Value) -> Response {
 async fn metadata<B: ContractBundle, D: ToolDispatch + 'static>(
     State(s): State<Arc<McpServer<B, D>>>,
 ) -> Response {
-    let mut scopes: Vec<&str> = B::TOOLS.iter().map(|t| t.required_scope).collect();
+    let mut scopes = B::required_scopes();
     scopes.sort();
-    scopes.dedup();
     axum::Json(json!({
         "resource": s.config.resource_url,
         "authorization_servers": [s.config.issuer],

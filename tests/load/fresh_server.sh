@@ -2,7 +2,10 @@
 # serve` (ports 18080/18081) on a fresh database and sets `pid` (the server),
 # `work` (a scratch folder, removed on exit) and `api` (the bench's target flags).
 # PostgreSQL: database DBNAME on $CASEOPS_SERIES_PG (default
-# postgres://postgres@127.0.0.1:5432) is dropped and created.
+# postgres://postgres@127.0.0.1:5432) is dropped and created. SQLite:
+# $CASEOPS_SQLITE_SETUP, if set, is SQL the `sqlite3` CLI runs on the new file
+# before it is migrated (e.g. `PRAGMA page_size = 8192; PRAGMA journal_mode = WAL`,
+# to try a page size with the same binary).
 fresh_server() {
   local backend=$1 bin=$2 name=$3 db
   local pg=${CASEOPS_SERIES_PG:-postgres://postgres@127.0.0.1:5432}
@@ -14,6 +17,9 @@ fresh_server() {
       db="$pg/$name" ;;
     *) echo "usage: $0 sqlite|postgres …" >&2; exit 2 ;;
   esac
+  if [ "$backend" = sqlite ] && [ -n "${CASEOPS_SQLITE_SETUP:-}" ]; then
+    sqlite3 "$work/caseops.db" "$CASEOPS_SQLITE_SETUP" >/dev/null
+  fi
   "$bin" migrate --database "$db" >/dev/null
   "$bin" serve --database "$db" --listen 18080 --mcp-listen 18081 --log-level error >"$work/serve.log" 2>&1 &
   pid=$!

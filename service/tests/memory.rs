@@ -2,8 +2,10 @@
 //! allocated. A server that kept ≈ 1 KB per run (the unbounded per-task token cache
 //! did) grows by megabytes in every measured interval. Allocator noise — a new
 //! arena, a pool connection opened late — is a one-off step of a few megabytes
-//! that lands in one interval, so the guard holds the median interval's growth,
-//! not the total (a CI run once saw a single 3 MB step on PostgreSQL).
+//! that lands in one interval or two (a CI run once saw a single 3 MB step on
+//! PostgreSQL; another 1.7 and 1.0 MB steps followed by a fall of 0.6 MB). So a leak
+//! is judged by the interval that grew least — a leak grows in every one — and by
+//! the total, which may hold one such step on top of the allowance.
 //!
 //! It drives thousands of runs through a debug build, so it is `#[ignore]`d in the
 //! default test command and run by `.ci/run` with `--ignored`.
@@ -18,6 +20,8 @@ const INTERVALS: usize = 3;
 const RUNS_PER_INTERVAL: u32 = 3_500;
 /// 0.25 KB per measured run: the leak this guards against was 0.6–1.1 KB per run.
 const ALLOWED_GROWTH_KB: u64 = (RUNS_PER_INTERVAL as u64) / 4;
+/// The largest one-off step of allocator noise seen so far, with a margin.
+const ONE_OFF_STEP_KB: u64 = 3 * 1024;
 
 struct Server {
     child: Child,
@@ -105,7 +109,7 @@ async fn resident_memory_stays_flat_over_ten_thousand_runs_on_both_backends() {
             );
             readings.push(rss_kb(pid));
         }
-        let mut growths: Vec<u64> = readings
+        let growths: Vec<u64> = readings
             .windows(2)
             .map(|w| w[1].saturating_sub(w[0]))
             .collect();
@@ -117,11 +121,17 @@ async fn resident_memory_stays_flat_over_ten_thousand_runs_on_both_backends() {
             )
             .as_bytes(),
         );
-        growths.sort_unstable();
-        let median = growths[INTERVALS / 2];
+        let least = growths.iter().copied().min().unwrap_or(0);
         assert!(
-            median <= ALLOWED_GROWTH_KB,
-            "{backend}: RSS grew a median {median} kB per {RUNS_PER_INTERVAL} runs (readings {readings:?} kB)"
+            least <= ALLOWED_GROWTH_KB,
+            "{backend}: RSS grew at least {least} kB in every {RUNS_PER_INTERVAL} runs (readings {readings:?} kB)"
+        );
+        let total = readings[INTERVALS].saturating_sub(readings[0]);
+        let allowed_total = ALLOWED_GROWTH_KB * INTERVALS as u64 + ONE_OFF_STEP_KB;
+        assert!(
+            total <= allowed_total,
+            "{backend}: RSS grew {total} kB over {} runs, more than {allowed_total} kB (readings {readings:?} kB)",
+            RUNS_PER_INTERVAL as usize * INTERVALS
         );
     }
 }

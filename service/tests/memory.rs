@@ -2,8 +2,9 @@
 //! allocated. A server that kept ≈ 1 KB per run (the unbounded per-task token cache
 //! did) grows by megabytes in every measured interval. Allocator noise — a new
 //! arena, a pool connection opened late — is a one-off step of a few megabytes
-//! that lands in one interval or two (a CI run once saw a single 3 MB step on
-//! PostgreSQL; another 1.7 and 1.0 MB steps followed by a fall of 0.6 MB). So a leak
+//! that lands in one interval or two (CI runs have seen a single 3 MB step on
+//! PostgreSQL, a single 3.4 MB step on SQLite, and 1.7 and 1.0 MB steps followed by
+//! a fall of 0.6 MB). So a leak
 //! is judged by the interval that grew least — a leak grows in every one — and by
 //! the total, which may hold one such step on top of the allowance.
 //!
@@ -20,8 +21,8 @@ const INTERVALS: usize = 3;
 const RUNS_PER_INTERVAL: u32 = 3_500;
 /// 0.25 KB per measured run: the leak this guards against was 0.6–1.1 KB per run.
 const ALLOWED_GROWTH_KB: u64 = (RUNS_PER_INTERVAL as u64) / 4;
-/// The largest one-off step of allocator noise seen so far, with a margin.
-const ONE_OFF_STEP_KB: u64 = 3 * 1024;
+/// The largest one-off step of allocator noise seen so far (3.4 MB), with a margin.
+const ONE_OFF_STEP_KB: u64 = 4 * 1024;
 
 struct Server {
     child: Child,

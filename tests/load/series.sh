@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One measurement series against a fresh database: `caseops bench` and `wrk` for
 # fresh C-102 runs, `caseops bench` for MCP `tools/call`, with the server's CPU time
-# per run, its RSS and the bytes stored per run. Prints one line per figure.
+# per run and per call, its RSS and the bytes stored per run. Prints one line per figure.
 #
 #   tests/load/series.sh sqlite|postgres [path/to/caseops]
 #
@@ -38,4 +38,9 @@ for c in 1 8; do
 done
 out=$("$bin" bench "${api[@]}" --scenario mcp-call --concurrency 32 --duration "$dur" --warmup 1 --json)
 python3 -c "import json,sys; r=json.loads(sys.argv[1]); print(f\"$backend bench mcp-call c=32 req/s={r['requests_per_second']:.0f} p50={r['p50_ms']:.3f} errors={r['errors']}\")" "$out"
+# The server's CPU time per `tools/call` over a counted number of calls at c=32.
+before=$(cpu)
+"$bin" bench "${api[@]}" --scenario mcp-call --concurrency 32 --requests 20000 --warmup 0 --json >/dev/null
+after=$(cpu)
+echo "$backend cpu_us_per_call=$(python3 -c "print(round(($after - $before) / $tick * 1e6 / 20000, 1))")"
 echo "$backend rss_kb=$(awk '/VmRSS/ {print $2}' /proc/$pid/status) hwm_kb=$(awk '/VmHWM/ {print $2}' /proc/$pid/status)"

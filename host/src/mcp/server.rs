@@ -297,7 +297,7 @@ impl<B: ContractBundle, D: ToolDispatch + 'static> McpServer<B, D> {
         r
     }
 
-    fn authenticate(&self, headers: &HeaderMap) -> Result<TaskClaims, TokenError> {
+    fn authenticate(&self, headers: &HeaderMap) -> Result<Arc<TaskClaims>, TokenError> {
         let value = headers
             .get(header::AUTHORIZATION)
             .and_then(|v| v.to_str().ok())
@@ -310,7 +310,7 @@ impl<B: ContractBundle, D: ToolDispatch + 'static> McpServer<B, D> {
         if !scheme.eq_ignore_ascii_case("bearer") {
             return Err(TokenError::Missing);
         }
-        self.verifier.verify(token.trim())
+        self.verifier.verify_shared(token.trim())
     }
 
     /// Listed for a task: in scope, in the catalog, and not denied outright by the

@@ -1,7 +1,8 @@
 //! Audience-bound task tokens: HS256 JWTs the host issues per run and the MCP server
 //! verifies. Tenant, task, scopes and the run-bound resource come only from here.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex};
 
 use jsonwebtoken::{Algorithm, DecodingKey, EncodingKey, Header, Validation, decode, encode};
 use serde::{Deserialize, Serialize};
@@ -212,7 +213,13 @@ pub struct TokenVerifier {
     key: DecodingKey,
     validation: Validation,
     resource_field: String,
+    /// Tokens that verified, by their exact text (see [`TokenVerifier::verify_shared`]).
+    verified: Arc<Mutex<HashMap<String, Arc<TaskClaims>>>>,
 }
+
+/// Verified tokens kept. A task's token serves all of its calls, so a few hundred
+/// cover many concurrent runs; when full, expired ones go first, then all.
+const VERIFIED_KEPT: usize = 512;
 
 impl TokenVerifier {
     /// Accepts only HS256 tokens from `issuer` whose audience is exactly `audience`
@@ -234,10 +241,47 @@ impl TokenVerifier {
             key: DecodingKey::from_secret(secret).map_err(|_| TokenError::Key)?,
             validation,
             resource_field: resource_field.to_string(),
+            verified: Arc::default(),
         })
     }
 
     pub fn verify(&self, token: &str) -> Result<TaskClaims, TokenError> {
+        self.verify_shared(token).map(Arc::unwrap_or_clone)
+    }
+
+    /// Verifies `token`, or finds it among those that verified before. Decoding
+    /// and checking a token was most of the MCP server's own cost per call, and a
+    /// task sends the same token with each of its calls. A kept token is one whose
+    /// exact text (signature included) verified under this key, so only the checks
+    /// that depend on the time are made again.
+    pub fn verify_shared(&self, token: &str) -> Result<Arc<TaskClaims>, TokenError> {
+        self.verify_at(token, now())
+    }
+
+    fn verify_at(&self, token: &str, now: u64) -> Result<Arc<TaskClaims>, TokenError> {
+        let kept = self
+            .verified
+            .lock()
+            .expect("verified tokens")
+            .get(token)
+            .cloned();
+        if let Some(claims) = kept {
+            still_valid(&claims, now)?;
+            return Ok(claims);
+        }
+        let claims = Arc::new(self.decode(token)?);
+        let mut verified = self.verified.lock().expect("verified tokens");
+        if verified.len() >= VERIFIED_KEPT {
+            verified.retain(|_, c| still_valid(c, now).is_ok());
+            if verified.len() >= VERIFIED_KEPT {
+                verified.clear();
+            }
+        }
+        verified.insert(token.to_string(), claims.clone());
+        Ok(claims)
+    }
+
+    fn decode(&self, token: &str) -> Result<TaskClaims, TokenError> {
         use jsonwebtoken::errors::ErrorKind as K;
         // The header first, so that a header fault is named as one (a missing
         // `alg` would otherwise read as a missing claim).
@@ -297,6 +341,21 @@ impl TokenVerifier {
         }
         Ok(c)
     }
+}
+
+/// The checks of a verified token that depend on the time, with the same leeway
+/// and bounds as the first verification.
+fn still_valid(claims: &TaskClaims, now: u64) -> Result<(), TokenError> {
+    if claims.exp.saturating_add(LEEWAY_SECONDS) < now {
+        return Err(TokenError::Expired);
+    }
+    if claims.nbf > now + LEEWAY_SECONDS {
+        return Err(TokenError::NotYetValid);
+    }
+    if claims.iat > now + LEEWAY_SECONDS {
+        return Err(TokenError::IssuedInFuture);
+    }
+    Ok(())
 }
 
 fn missing_field(message: &str) -> Option<String> {
@@ -417,5 +476,74 @@ mod tests {
             verifier.verify(&issuer.sign(&c).unwrap()),
             Err(TokenError::IssuedInFuture)
         );
+    }
+
+    #[test]
+    fn a_kept_token_is_refused_once_it_expires() {
+        let issuer = TokenIssuer::new(KEY, "i", "a", "order_id", 60).unwrap();
+        let token = issuer.issue("u", "t", "k", "C", &[]).unwrap();
+        let verifier = TokenVerifier::new(KEY, "i", "a", "order_id").unwrap();
+        let claims = verifier.verify_shared(&token).unwrap();
+        let later = |s: u64| verifier.verify_at(&token, claims.iat + s);
+        assert!(later(60 + LEEWAY_SECONDS).is_ok());
+        assert_eq!(later(61 + LEEWAY_SECONDS), Err(TokenError::Expired));
+        // Going back to a moment the token was good at still finds it good.
+        assert_eq!(later(0).unwrap(), claims);
+    }
+
+    #[test]
+    fn a_kept_token_is_refused_before_its_start_if_the_clock_goes_back() {
+        let issuer = TokenIssuer::new(KEY, "i", "a", "order_id", 60).unwrap();
+        let token = issuer.issue("u", "t", "k", "C", &[]).unwrap();
+        let verifier = TokenVerifier::new(KEY, "i", "a", "order_id").unwrap();
+        let claims = verifier.verify_shared(&token).unwrap();
+        assert_eq!(
+            verifier.verify_at(&token, claims.nbf - LEEWAY_SECONDS - 1),
+            Err(TokenError::NotYetValid)
+        );
+    }
+
+    #[test]
+    fn a_kept_token_with_another_signature_is_refused() {
+        let issuer = TokenIssuer::new(KEY, "i", "a", "order_id", 60).unwrap();
+        let token = issuer.issue("u", "t", "k", "C", &[]).unwrap();
+        let verifier = TokenVerifier::new(KEY, "i", "a", "order_id").unwrap();
+        verifier.verify(&token).unwrap();
+        let (signed, signature) = token.rsplit_once('.').unwrap();
+        let other = if signature.starts_with('A') { 'B' } else { 'A' };
+        let forged = format!("{signed}.{other}{}", &signature[1..]);
+        assert_eq!(verifier.verify(&forged), Err(TokenError::Signature));
+        // The same claims under another key are not the kept token either.
+        let stranger = TokenIssuer::new(b"another-key", "i", "a", "order_id", 60).unwrap();
+        let claims = verifier.verify(&token).unwrap();
+        assert_eq!(
+            verifier.verify(&stranger.sign(&claims).unwrap()),
+            Err(TokenError::Signature)
+        );
+    }
+
+    #[test]
+    fn tokens_past_the_kept_number_still_verify_and_expired_ones_go_first() {
+        let issuer = TokenIssuer::new(KEY, "i", "a", "order_id", 60).unwrap();
+        let long = TokenIssuer::new(KEY, "i", "a", "order_id", 600).unwrap();
+        let verifier = TokenVerifier::new(KEY, "i", "a", "order_id").unwrap();
+        let first = long.issue("u", "t", "k0", "C", &[]).unwrap();
+        let iat = verifier.verify_shared(&first).unwrap().iat;
+        for i in 1..VERIFIED_KEPT {
+            let token = issuer.issue("u", "t", &format!("k{i}"), "C", &[]).unwrap();
+            verifier.verify_at(&token, iat).unwrap();
+        }
+        assert_eq!(verifier.verified.lock().unwrap().len(), VERIFIED_KEPT);
+        // One more token, at a moment the 60 s ones have expired: they make room,
+        // the 600 s one stays.
+        let late = long.issue("u", "t", "late", "C", &[]).unwrap();
+        verifier.verify_at(&late, iat + 70).unwrap();
+        let kept: Vec<String> = {
+            let verified = verifier.verified.lock().unwrap();
+            let mut tasks: Vec<_> = verified.values().map(|c| c.task_id.clone()).collect();
+            tasks.sort();
+            tasks
+        };
+        assert_eq!(kept, ["k0", "late"]);
     }
 }

@@ -16,47 +16,58 @@ use sha2::{Digest, Sha256};
 
 /// The canonical JSON text of a value (see the module documentation).
 pub fn canonical_json(value: &Value) -> String {
-    let mut out = String::new();
+    let mut out = Vec::with_capacity(256);
     write(value, &mut out);
-    out
+    // Only serde_json's output and ASCII punctuation were written.
+    String::from_utf8(out).expect("serde_json writes UTF-8")
 }
 
-fn write(value: &Value, out: &mut String) {
+fn write(value: &Value, out: &mut Vec<u8>) {
     match value {
         Value::Object(map) => {
-            let mut keys: Vec<&String> = map.keys().collect();
-            keys.sort_by(|a, b| a.as_bytes().cmp(b.as_bytes()));
-            out.push('{');
-            for (i, k) in keys.into_iter().enumerate() {
+            let mut entries: Vec<(&String, &Value)> = map.iter().collect();
+            entries.sort_unstable_by(|a, b| a.0.as_bytes().cmp(b.0.as_bytes()));
+            out.push(b'{');
+            for (i, (k, v)) in entries.into_iter().enumerate() {
                 if i > 0 {
-                    out.push(',');
+                    out.push(b',');
                 }
-                out.push_str(&Value::String(k.clone()).to_string());
-                out.push(':');
-                write(&map[k], out);
+                json_text(k, out);
+                out.push(b':');
+                write(v, out);
             }
-            out.push('}');
+            out.push(b'}');
         }
         Value::Array(items) => {
-            out.push('[');
+            out.push(b'[');
             for (i, item) in items.iter().enumerate() {
                 if i > 0 {
-                    out.push(',');
+                    out.push(b',');
                 }
                 write(item, out);
             }
-            out.push(']');
+            out.push(b']');
         }
         // serde_json prints scalars compactly, non-ASCII as UTF-8.
-        scalar => out.push_str(&scalar.to_string()),
+        scalar => json_text(scalar, out),
     }
 }
 
+/// serde_json's compact text of a key or scalar, written in place (`Value`'s
+/// `Display` is the same text, through a fresh `String` each time).
+fn json_text<T: serde::Serialize + ?Sized>(value: &T, out: &mut Vec<u8>) {
+    // Writing a string or scalar into a Vec cannot fail.
+    let _ = serde_json::to_writer(&mut *out, value);
+}
+
 pub fn sha256_hex(bytes: &[u8]) -> String {
-    Sha256::digest(bytes)
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    let mut out = String::with_capacity(64);
+    for b in Sha256::digest(bytes) {
+        out.push(HEX[usize::from(b >> 4)] as char);
+        out.push(HEX[usize::from(b & 15)] as char);
+    }
+    out
 }
 
 /// The fingerprint of proposing `tool` with `arguments`.
@@ -92,6 +103,20 @@ mod tests {
         assert_eq!(
             canonical_json(&v),
             "{\"label\":\"道路交通事故认定书\",\"q\":\"say \\\"hi\\\"\\n\"}"
+        );
+    }
+
+    #[test]
+    fn canonical_form_writes_numbers_and_escapes_keys_as_serde_json_does() {
+        let v = json!({"n": [-1, 0.1, 1.5, 18446744073709551615u64, -9223372036854775808i64],
+            "k\u{1}\"": "\u{7f}\t\u{1f}/", "": {"b": false, "B": []}});
+        assert_eq!(
+            canonical_json(&v),
+            concat!(
+                r#"{"":{"B":[],"b":false},"k\u0001\"":""#,
+                "\u{7f}",
+                r#"\t\u001f/","n":[-1,0.1,1.5,18446744073709551615,-9223372036854775808]}"#
+            )
         );
     }
 

@@ -60,7 +60,7 @@ impl Catalog {
                 hash.update((name.len() as u64).to_le_bytes());
                 hash.update(name.as_bytes());
             }
-            hash.finalize().iter().map(|b| format!("{b:02x}")).collect()
+            crate::fingerprint::lower_hex(&hash.finalize())
         })
     }
 }

@@ -61,9 +61,14 @@ fn json_text<T: serde::Serialize + ?Sized>(value: &T, out: &mut Vec<u8>) {
 }
 
 pub fn sha256_hex(bytes: &[u8]) -> String {
+    lower_hex(&Sha256::digest(bytes))
+}
+
+/// Lowercase hex of a digest, two characters per byte.
+pub(crate) fn lower_hex(bytes: &[u8]) -> String {
     const HEX: &[u8; 16] = b"0123456789abcdef";
-    let mut out = String::with_capacity(64);
-    for b in Sha256::digest(bytes) {
+    let mut out = String::with_capacity(2 * bytes.len());
+    for &b in bytes {
         out.push(HEX[usize::from(b >> 4)] as char);
         out.push(HEX[usize::from(b & 15)] as char);
     }

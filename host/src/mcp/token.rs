@@ -478,12 +478,18 @@ mod tests {
         );
     }
 
-    #[test]
-    fn a_kept_token_is_refused_once_it_expires() {
+    /// A verifier that has verified (and so keeps) a fresh 60 s token.
+    fn kept_token() -> (TokenVerifier, String, Arc<TaskClaims>) {
         let issuer = TokenIssuer::new(KEY, "i", "a", "order_id", 60).unwrap();
         let token = issuer.issue("u", "t", "k", "C", &[]).unwrap();
         let verifier = TokenVerifier::new(KEY, "i", "a", "order_id").unwrap();
         let claims = verifier.verify_shared(&token).unwrap();
+        (verifier, token, claims)
+    }
+
+    #[test]
+    fn a_kept_token_is_refused_once_it_expires() {
+        let (verifier, token, claims) = kept_token();
         let later = |s: u64| verifier.verify_at(&token, claims.iat + s);
         assert!(later(60 + LEEWAY_SECONDS).is_ok());
         assert_eq!(later(61 + LEEWAY_SECONDS), Err(TokenError::Expired));
@@ -493,10 +499,7 @@ mod tests {
 
     #[test]
     fn a_kept_token_is_refused_before_its_start_if_the_clock_goes_back() {
-        let issuer = TokenIssuer::new(KEY, "i", "a", "order_id", 60).unwrap();
-        let token = issuer.issue("u", "t", "k", "C", &[]).unwrap();
-        let verifier = TokenVerifier::new(KEY, "i", "a", "order_id").unwrap();
-        let claims = verifier.verify_shared(&token).unwrap();
+        let (verifier, token, claims) = kept_token();
         assert_eq!(
             verifier.verify_at(&token, claims.nbf - LEEWAY_SECONDS - 1),
             Err(TokenError::NotYetValid)
@@ -505,10 +508,7 @@ mod tests {
 
     #[test]
     fn a_kept_token_with_another_signature_is_refused() {
-        let issuer = TokenIssuer::new(KEY, "i", "a", "order_id", 60).unwrap();
-        let token = issuer.issue("u", "t", "k", "C", &[]).unwrap();
-        let verifier = TokenVerifier::new(KEY, "i", "a", "order_id").unwrap();
-        verifier.verify(&token).unwrap();
+        let (verifier, token, _) = kept_token();
         let (signed, signature) = token.rsplit_once('.').unwrap();
         let other = if signature.starts_with('A') { 'B' } else { 'A' };
         let forged = format!("{signed}.{other}{}", &signature[1..]);

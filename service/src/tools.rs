@@ -97,7 +97,31 @@ pub trait CaseRepository: Send + Sync {
             Ok(Some((case, documents)))
         }
     }
+    /// One document of a case and the active alias rule for its label: `None` when
+    /// the case is missing, the document `None` when the case has no such one. A
+    /// repository that can read it all at once (one SQL join) says so here.
+    fn document_rule(
+        &self,
+        tenant: &str,
+        case_id: &str,
+        document_id: &str,
+    ) -> impl Future<Output = Result<Option<DocumentRule>, ToolError>> + Send {
+        async move {
+            let Some((_, documents)) = self.case_documents(tenant, case_id).await? else {
+                return Ok(None);
+            };
+            let Some(document) = documents.into_iter().find(|d| d.document_id == document_id)
+            else {
+                return Ok(Some((None, None)));
+            };
+            let rule = self.alias_rule(tenant, &document.label).await?;
+            Ok(Some((Some(document), rule)))
+        }
+    }
 }
+
+/// A case's document (if it has it) and the alias rule for its label (if any).
+pub type DocumentRule = (Option<SourceDocument>, Option<AliasRule>);
 
 /// What the write tools did, in memory.
 #[derive(Debug, Default)]
@@ -401,12 +425,13 @@ impl<R: CaseRepository> ToolHandlers for CaseOpsTools<R> {
         ctx: &CallContext,
         input: CaseopsResolveDocumentAliasInput,
     ) -> Result<CaseopsResolveDocumentAliasOutput, ToolError> {
-        let (_, docs) = self.case_documents(ctx, &input.case_id).await?;
-        let doc = docs
-            .into_iter()
-            .find(|d| d.document_id == input.document_id)
-            .ok_or_else(|| ToolError::business("DOCUMENT_NOT_FOUND", "document not found"))?;
-        let rule = self.repo.alias_rule(&ctx.tenant_id, &doc.label).await?;
+        let (doc, rule) = self
+            .repo
+            .document_rule(&ctx.tenant_id, &input.case_id, &input.document_id)
+            .await?
+            .ok_or_else(case_not_found)?;
+        let doc =
+            doc.ok_or_else(|| ToolError::business("DOCUMENT_NOT_FOUND", "document not found"))?;
         Ok(CaseopsResolveDocumentAliasOutput {
             document_id: doc.document_id,
             resolved: rule.is_some(),

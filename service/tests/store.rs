@@ -1148,7 +1148,7 @@ async fn a_connection_given_up_mid_statement_or_mid_transaction_is_not_reused() 
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_sql_repository_reads_a_case_with_its_policy_and_documents_as_the_memory_one_does() {
-    use caseops_service::domain::{Case, DEMO_TENANT, OTHER_TENANT};
+    use caseops_service::domain::{AliasRule, Case, DEMO_TENANT, OTHER_TENANT};
     use caseops_service::tools::{CaseRepository, MemoryRepository};
     let mut data = reference_data();
     // A case whose policy is missing and which has no documents.
@@ -1161,6 +1161,15 @@ async fn the_sql_repository_reads_a_case_with_its_policy_and_documents_as_the_me
         policy_version: "2019.4".into(),
         received_codes: vec!["LOSS_STATEMENT".into()],
     });
+    // A rule that is not active, for a label a document has: it resolves nothing.
+    data.alias_rules.push(AliasRule {
+        tenant_id: DEMO_TENANT.into(),
+        label: "车辆维修报价单".into(),
+        code: "REPAIR_QUOTE".into(),
+        rule_version: "2025.9".into(),
+        confidence: 0.5,
+        active: false,
+    });
     let memory = MemoryRepository::new(data.clone());
     for (backend, url) in fresh_databases("joined").await {
         let db = Db::connect(&url, 4, &caseops_service::reference::SCHEMA)
@@ -1169,6 +1178,8 @@ async fn the_sql_repository_reads_a_case_with_its_policy_and_documents_as_the_me
         seed(&db, &data).await.unwrap();
         let sql = SqlRepository { db };
         let mut seen_without_policy = false;
+        let (mut seen_rule, mut seen_document_without_rule, mut seen_case_without_document) =
+            (false, false, false);
         for tenant in [DEMO_TENANT, OTHER_TENANT] {
             for case in ["C-102", "C-103", "C-104", "C-555", "C-900", "C-404"] {
                 let joined = sql.case_policy(tenant, case).await.unwrap();
@@ -1183,9 +1194,27 @@ async fn the_sql_repository_reads_a_case_with_its_policy_and_documents_as_the_me
                     memory.case_documents(tenant, case).await.unwrap(),
                     "{backend}: {tenant} {case}"
                 );
+                for document in ["DOC-C102-003", "DOC-C103-003", "DOC-NONE"] {
+                    let joined = sql.document_rule(tenant, case, document).await.unwrap();
+                    assert_eq!(
+                        joined,
+                        memory.document_rule(tenant, case, document).await.unwrap(),
+                        "{backend}: {tenant} {case} {document}"
+                    );
+                    match &joined {
+                        Some((Some(_), Some(_))) => seen_rule = true,
+                        Some((Some(_), None)) => seen_document_without_rule = true,
+                        Some((None, None)) => seen_case_without_document = true,
+                        _ => {}
+                    }
+                }
             }
         }
         assert!(seen_without_policy, "{backend}");
+        assert!(
+            seen_rule && seen_document_without_rule && seen_case_without_document,
+            "{backend}"
+        );
         let (_, none) = sql
             .case_documents(DEMO_TENANT, "C-900")
             .await

@@ -133,6 +133,29 @@ fn transition_from(
 
 const CASE_COLUMNS: &str = "c.version, c.status, c.policy_id, c.policy_version, c.received_codes";
 
+/// The document columns of a row joined from `source_documents`; `None` when the
+/// join found no document (its columns are NULL).
+fn document_from(
+    tenant: &str,
+    case_id: &str,
+    r: &Row,
+) -> Result<Option<SourceDocument>, ToolError> {
+    let Some(document_id) = r
+        .get::<Option<String>>("document_id")
+        .map_err(unavailable)?
+    else {
+        return Ok(None);
+    };
+    Ok(Some(SourceDocument {
+        tenant_id: tenant.into(),
+        case_id: case_id.into(),
+        document_id,
+        label: r.get("label").map_err(unavailable)?,
+        code: r.get("code").map_err(unavailable)?,
+        evidence_ref: r.get("evidence_ref").map_err(unavailable)?,
+    }))
+}
+
 fn case_from(tenant: &str, case_id: &str, r: &Row) -> Result<Case, ToolError> {
     let received: String = r.get("received_codes").map_err(unavailable)?;
     Ok(Case {
@@ -224,20 +247,7 @@ impl CaseRepository for SqlRepository {
         let mut documents = Vec::with_capacity(rows.len());
         for r in &rows {
             // A case without documents is one row whose document columns are NULL.
-            let Some(document_id) = r
-                .get::<Option<String>>("document_id")
-                .map_err(unavailable)?
-            else {
-                continue;
-            };
-            documents.push(SourceDocument {
-                tenant_id: tenant.into(),
-                case_id: case_id.into(),
-                document_id,
-                label: r.get("label").map_err(unavailable)?,
-                code: r.get("code").map_err(unavailable)?,
-                evidence_ref: r.get("evidence_ref").map_err(unavailable)?,
-            });
+            documents.extend(document_from(tenant, case_id, r)?);
         }
         Ok(Some((case, documents)))
     }
@@ -269,18 +279,11 @@ impl CaseRepository for SqlRepository {
         let rows = self.db.fetch_all("SELECT document_id, label, code, evidence_ref FROM source_documents WHERE tenant_id = ? AND case_id = ? ORDER BY document_id", &params![tenant, case_id])
             .await
             .map_err(unavailable)?;
-        rows.iter()
-            .map(|r| {
-                Ok(SourceDocument {
-                    tenant_id: tenant.into(),
-                    case_id: case_id.into(),
-                    document_id: r.get("document_id").map_err(unavailable)?,
-                    label: r.get("label").map_err(unavailable)?,
-                    code: r.get("code").map_err(unavailable)?,
-                    evidence_ref: r.get("evidence_ref").map_err(unavailable)?,
-                })
-            })
-            .collect()
+        let mut documents = Vec::with_capacity(rows.len());
+        for r in &rows {
+            documents.extend(document_from(tenant, case_id, r)?);
+        }
+        Ok(documents)
     }
 
     async fn request_documents(
@@ -385,19 +388,8 @@ impl CaseRepository for SqlRepository {
             .await
             .map_err(unavailable)?;
         let Some(r) = row else { return Ok(None) };
-        let Some(document_id) = r
-            .get::<Option<String>>("document_id")
-            .map_err(unavailable)?
-        else {
+        let Some(document) = document_from(tenant, case_id, &r)? else {
             return Ok(Some((None, None)));
-        };
-        let document = SourceDocument {
-            tenant_id: tenant.into(),
-            case_id: case_id.into(),
-            document_id,
-            label: r.get("label").map_err(unavailable)?,
-            code: r.get("code").map_err(unavailable)?,
-            evidence_ref: r.get("evidence_ref").map_err(unavailable)?,
         };
         let rule = match r.get::<Option<String>>("rule_code").map_err(unavailable)? {
             Some(code) => Some(AliasRule {

@@ -156,6 +156,22 @@ fn document_from(
     }))
 }
 
+/// The active alias rule of a row's `rule_code`, `rule_version` and `confidence`
+/// columns; `None` when they are NULL (a join that found no rule).
+fn rule_from(tenant: &str, label: &str, r: &Row) -> Result<Option<AliasRule>, ToolError> {
+    let Some(code) = r.get::<Option<String>>("rule_code").map_err(unavailable)? else {
+        return Ok(None);
+    };
+    Ok(Some(AliasRule {
+        tenant_id: tenant.into(),
+        label: label.into(),
+        code,
+        rule_version: r.get("rule_version").map_err(unavailable)?,
+        confidence: r.get("confidence").map_err(unavailable)?,
+        active: true,
+    }))
+}
+
 fn case_from(tenant: &str, case_id: &str, r: &Row) -> Result<Case, ToolError> {
     let received: String = r.get("received_codes").map_err(unavailable)?;
     Ok(Case {
@@ -391,32 +407,17 @@ impl CaseRepository for SqlRepository {
         let Some(document) = document_from(tenant, case_id, &r)? else {
             return Ok(Some((None, None)));
         };
-        let rule = match r.get::<Option<String>>("rule_code").map_err(unavailable)? {
-            Some(code) => Some(AliasRule {
-                tenant_id: tenant.into(),
-                label: document.label.clone(),
-                code,
-                rule_version: r.get("rule_version").map_err(unavailable)?,
-                confidence: r.get("confidence").map_err(unavailable)?,
-                active: true,
-            }),
-            None => None,
-        };
+        let rule = rule_from(tenant, &document.label, &r)?;
         Ok(Some((Some(document), rule)))
     }
 
     async fn alias_rule(&self, tenant: &str, label: &str) -> Result<Option<AliasRule>, ToolError> {
-        let row = self.db.fetch_optional("SELECT code, rule_version, confidence FROM alias_rules WHERE tenant_id = ? AND label = ? AND active = 1 ORDER BY rule_version DESC LIMIT 1", &params![tenant, label])
+        let row = self.db.fetch_optional("SELECT code AS rule_code, rule_version, confidence FROM alias_rules WHERE tenant_id = ? AND label = ? AND active = 1 ORDER BY rule_version DESC LIMIT 1", &params![tenant, label])
             .await
             .map_err(unavailable)?;
-        let Some(r) = row else { return Ok(None) };
-        Ok(Some(AliasRule {
-            tenant_id: tenant.into(),
-            label: label.into(),
-            code: r.get("code").map_err(unavailable)?,
-            rule_version: r.get("rule_version").map_err(unavailable)?,
-            confidence: r.get("confidence").map_err(unavailable)?,
-            active: true,
-        }))
+        match row {
+            Some(r) => rule_from(tenant, label, &r),
+            None => Ok(None),
+        }
     }
 }

@@ -1215,6 +1215,13 @@ async fn the_sql_repository_reads_a_case_with_its_policy_and_documents_as_the_me
             seen_rule && seen_document_without_rule && seen_case_without_document,
             "{backend}"
         );
+        for label in ["道路交通事故认定书", "车辆维修报价单", "no such label"] {
+            assert_eq!(
+                sql.alias_rule(DEMO_TENANT, label).await.unwrap(),
+                memory.alias_rule(DEMO_TENANT, label).await.unwrap(),
+                "{backend}: {label}"
+            );
+        }
         let (_, none) = sql
             .case_documents(DEMO_TENANT, "C-900")
             .await

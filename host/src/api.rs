@@ -22,7 +22,7 @@ use serde_json::{Value, json};
 
 use crate::http::{BodyError, is_json, read_body};
 use crate::metrics::Metrics;
-use crate::store::runs::{Allocation, NewRun, RunRecord, SqlRunStore};
+use crate::store::runs::{Allocation, NewRun, ResourceCondition, RunRecord, SqlRunStore};
 use crate::worker::{Waited, Workers};
 
 /// Who an API key belongs to.
@@ -41,6 +41,16 @@ pub trait Resources: Send + Sync + 'static {
         tenant_id: &'a str,
         resource_id: &'a str,
     ) -> std::pin::Pin<Box<dyn std::future::Future<Output = Result<bool, String>> + Send + 'a>>;
+
+    /// The same check as a condition on the host's database, for resources kept
+    /// in the database the application's factory was given: the statement that
+    /// creates a run checks it, and no statement of its own is spent on it (a
+    /// round trip per run on PostgreSQL). A request that replays a key answers its
+    /// run even if the resource is gone since. `None` (the default): [`Resources::exists`]
+    /// is asked first.
+    fn condition(&self) -> Option<ResourceCondition> {
+        None
+    }
 }
 
 /// What the API needs to know of the compiled bundle, as values.
@@ -306,6 +316,8 @@ enum Admitted {
     /// A finished run with this key and request: a replay.
     Finished(RunRecord),
     Conflict,
+    /// No run with this key, and no resource to start one on.
+    Absent,
 }
 
 /// Records the run (or finds it by its key) and hands an unfinished one to a
@@ -315,15 +327,17 @@ async fn admit(
     state: Arc<AppState>,
     new: NewRun,
     known: Option<RunRecord>,
+    condition: Option<ResourceCondition>,
 ) -> Result<Admitted, crate::store::DbError> {
     let runs = &state.runs;
     let allocation = match known {
         // The handler has just read the key: an unfinished run, or none yet.
         Some(r) => Allocation::Existing(r),
-        None => runs.create(&new).await?,
+        None => runs.create_where(&new, condition).await?,
     };
     match allocation {
         Allocation::Conflict(_) => Ok(Admitted::Conflict),
+        Allocation::Absent => Ok(Admitted::Absent),
         Allocation::Existing(r) if SqlRunStore::outcome_of(&r).is_some() => {
             Ok(Admitted::Finished(r))
         }
@@ -471,10 +485,13 @@ async fn start_run(
     if !valid_resource_id(&resource_id) {
         return not_found(&state);
     }
-    match state.resources.exists(&who.tenant_id, &resource_id).await {
-        Ok(true) => {}
-        Ok(false) => return not_found(&state),
-        Err(e) => return unavailable(e),
+    let condition = state.resources.condition();
+    if condition.is_none() {
+        match state.resources.exists(&who.tenant_id, &resource_id).await {
+            Ok(true) => {}
+            Ok(false) => return not_found(&state),
+            Err(e) => return unavailable(e),
+        }
     }
     if state.workers.is_stopping() {
         return service_unavailable(
@@ -557,7 +574,7 @@ async fn start_run(
     let mut settlement = signals.watch(&expected);
     // Its own task (a client that gives up cannot cancel a creation half-way),
     // still under the request's span so that the run's trace hangs from it.
-    let admitting = admit(state.clone(), new, known).in_current_span();
+    let admitting = admit(state.clone(), new, known, condition).in_current_span();
     let admitted = match tokio::spawn(admitting).await {
         Ok(Ok(a)) => a,
         Ok(Err(e)) => return unavailable(e),
@@ -565,6 +582,7 @@ async fn start_run(
     };
     let (record, created) = match admitted {
         Admitted::Conflict => return conflict(),
+        Admitted::Absent => return not_found(&state),
         Admitted::Finished(r) => {
             state.metrics.run_replayed();
             return (StatusCode::OK, axum::Json(run_view(&state, &r, true))).into_response();

@@ -11,7 +11,7 @@ use crate::mcp::client::McpClient;
 use crate::mcp::server::{McpConfig, McpServer};
 use crate::mcp::token::TokenIssuer;
 use crate::metrics::Metrics;
-use crate::store::runs::{RunSignals, SqlRunStore};
+use crate::store::runs::{ResourceCondition, RunSignals, SqlRunStore};
 use crate::store::{AppSchema, Db};
 use crate::worker::{Driver, WorkerConfig, Workers};
 
@@ -135,6 +135,31 @@ async fn bind(addr: SocketAddr, flag: &'static str) -> Result<tokio::net::TcpLis
             flag,
             message: e.to_string(),
         })
+}
+
+/// A resource condition that the database cannot run, or that takes other
+/// parameters than the tenant and the resource id, would fail every run's
+/// creation: it fails the start instead.
+async fn check_condition(db: &Db, condition: ResourceCondition) -> Result<(), HostError> {
+    let invalid = |why: String| {
+        HostError::Setup(format!(
+            "the application's resource condition `{}` {why}",
+            condition.0
+        ))
+    };
+    let placeholders = condition.0.matches('?').count();
+    if placeholders != 2 {
+        return Err(invalid(format!(
+            "must have two `?` placeholders (the tenant, then the resource id), not {placeholders}"
+        )));
+    }
+    db.fetch_optional(
+        &format!("SELECT 1 AS held WHERE {}", condition.0),
+        &crate::params!["", ""],
+    )
+    .await
+    .map(drop)
+    .map_err(|e| invalid(format!("does not run: {e}")))
 }
 
 /// What an application brings to a host besides configuration: its tool handlers
@@ -296,10 +321,14 @@ where
         if let Err(e) = pool.check_mcp().await {
             tracing::warn!("caseops: the mcp server at `{mcp_url}` is not ready: {e}");
         }
+        let resources = (app.resources)(&db);
+        if let Some(condition) = resources.condition() {
+            check_condition(&db, condition).await?;
+        }
         let state = AppState {
             contract: RunContract::of::<B>(),
             runs,
-            resources: Arc::new((app.resources)(&db)),
+            resources: Arc::new(resources),
             workers: pool.clone(),
             keys: config.keys.clone(),
             metrics,
@@ -330,4 +359,43 @@ where
         mcp,
         relay,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::AppSchema;
+
+    async fn scratch() -> (Db, std::path::PathBuf) {
+        let dir = std::env::temp_dir().join(format!("caseops-cond-{}", uuid::Uuid::new_v4()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let url = format!("sqlite://{}", dir.join("c.db").display());
+        (Db::connect(&url, 1, &AppSchema::NONE).await.unwrap(), dir)
+    }
+
+    #[tokio::test]
+    async fn a_resource_condition_that_runs_with_the_tenant_and_the_resource_is_accepted() {
+        let (db, dir) = scratch().await;
+        let condition =
+            ResourceCondition("EXISTS (SELECT 1 FROM runs WHERE tenant_id = ? AND run_id = ?)");
+        check_condition(&db, condition).await.unwrap();
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[tokio::test]
+    async fn a_resource_condition_with_other_placeholders_or_unknown_tables_fails_the_start() {
+        let (db, dir) = scratch().await;
+        let one = ResourceCondition("EXISTS (SELECT 1 FROM runs WHERE run_id = ?)");
+        let err = check_condition(&db, one).await.unwrap_err().to_string();
+        assert!(err.contains("must have two `?` placeholders"), "{err}");
+        assert!(err.contains("not 1"), "{err}");
+        let unknown = ResourceCondition("EXISTS (SELECT 1 FROM shelves WHERE t = ? AND s = ?)");
+        let err = check_condition(&db, unknown).await.unwrap_err().to_string();
+        assert!(
+            err.starts_with("the application's resource condition `EXISTS (SELECT 1 FROM shelves"),
+            "{err}"
+        );
+        assert!(err.contains("does not run"), "{err}");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 }

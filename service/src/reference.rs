@@ -3,6 +3,7 @@
 
 use caseops_host::api::Resources;
 use caseops_host::params;
+use caseops_host::store::runs::ResourceCondition;
 use caseops_host::store::sql::Row;
 use caseops_host::store::{AppSchema, Db, DbError, Migration};
 use caseops_runtime::ToolError;
@@ -90,6 +91,13 @@ impl Resources for SqlRepository {
                 .map(|c| c.is_some())
                 .map_err(|e| e.to_string())
         })
+    }
+
+    // The cases live in the host's database: the run's creation checks its case.
+    fn condition(&self) -> Option<ResourceCondition> {
+        Some(ResourceCondition(
+            "EXISTS (SELECT 1 FROM cases WHERE tenant_id = ? AND case_id = ?)",
+        ))
     }
 }
 

@@ -7,6 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use caseops_generated::{Bundle, Dispatcher};
+use caseops_host::api::Resources;
 use caseops_host::store::runs::{Allocation, NewRun, SqlRunStore};
 use caseops_host::store::{Db, audit};
 use caseops_runtime::context::PlannerView;
@@ -204,6 +205,7 @@ async fn fifty_concurrent_requests_with_one_key_allocate_exactly_one_run() {
                     ids.insert(r.run_id);
                 }
                 Allocation::Conflict(_) => panic!("{backend}: same body is no conflict"),
+                Allocation::Absent => panic!("{backend}: no resource check was asked for"),
             }
         }
         assert_eq!(
@@ -220,6 +222,91 @@ async fn fifty_concurrent_requests_with_one_key_allocate_exactly_one_run() {
                 Allocation::Conflict(_)
             ),
             "{backend}"
+        );
+    }
+}
+
+/// The API's check that the case exists, made by the statement that creates the
+/// run: a run on a case that does not exist (or is another tenant's) writes
+/// nothing at all, and a key already used still answers its run once the case is
+/// gone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_creation_checks_its_case_itself_and_a_replay_outlives_the_case() {
+    for (backend, url) in fresh_databases("condition").await {
+        let (db, store, _) = setup(&url).await;
+        let condition = SqlRepository { db: db.clone() }.condition();
+        assert!(condition.is_some());
+        let rows = |table: &'static str| {
+            let db = db.clone();
+            async move {
+                let row = db
+                    .fetch_optional(&format!("SELECT COUNT(*) AS n FROM {table}"), &[])
+                    .await
+                    .unwrap()
+                    .unwrap();
+                row.get::<i64>("n").unwrap()
+            }
+        };
+        let mut unknown = new_run("m1", "cond-key-1", "h");
+        unknown.spec.resource_id = "C-404".into();
+        let mut foreign = new_run("m2", "cond-key-2", "h");
+        foreign.spec.tenant_id = "tenant-other".into();
+        for missing in [&unknown, &foreign] {
+            assert_eq!(
+                store.create_where(missing, condition).await.unwrap(),
+                Allocation::Absent,
+                "{backend}: {}/{}",
+                missing.spec.tenant_id,
+                missing.spec.resource_id
+            );
+        }
+        let written = (
+            rows("runs").await,
+            rows("audit_events").await,
+            rows("outbox_events").await,
+        );
+        assert_eq!(written, (0, 0, 0), "{backend}: nothing written");
+
+        db.execute(
+            "INSERT INTO cases (tenant_id, case_id, version, status, policy_id, policy_version, received_codes) \
+             VALUES ('tenant-demo', 'C-TMP', 1, 'open', 'POL-1', 'v1', '[]')",
+            &[],
+        )
+        .await
+        .unwrap();
+        let mut first = new_run("n1", "cond-key-3", "h");
+        first.spec.resource_id = "C-TMP".into();
+        assert!(
+            matches!(store.create_where(&first, condition).await.unwrap(), Allocation::New(r) if r.run_id == "n1"),
+            "{backend}"
+        );
+        db.execute("DELETE FROM cases WHERE case_id = 'C-TMP'", &[])
+            .await
+            .unwrap();
+        let mut replay = new_run("n2", "cond-key-3", "h");
+        replay.spec.resource_id = "C-TMP".into();
+        assert!(
+            matches!(store.create_where(&replay, condition).await.unwrap(), Allocation::Existing(r) if r.run_id == "n1"),
+            "{backend}: the replay answers the run it names"
+        );
+        replay.request_hash = "another".into();
+        assert!(
+            matches!(
+                store.create_where(&replay, condition).await.unwrap(),
+                Allocation::Conflict(_)
+            ),
+            "{backend}"
+        );
+        replay.idempotency_key = "cond-key-4".into();
+        assert_eq!(
+            store.create_where(&replay, condition).await.unwrap(),
+            Allocation::Absent,
+            "{backend}: a new key on the deleted case"
+        );
+        assert_eq!(
+            (rows("runs").await, rows("audit_events").await),
+            (1, 1),
+            "{backend}: one run and its start"
         );
     }
 }

@@ -96,7 +96,16 @@ pub enum Allocation {
     Existing(RunRecord),
     /// The key was used with a different request.
     Conflict(RunRecord),
+    /// No run has the key, and the resource does not exist (so none was created).
+    Absent,
 }
+
+/// The application's check that a run's resource exists, as a condition on the
+/// run store's own database: SQL with exactly two `?` placeholders, the tenant's
+/// id and then the resource's, as in
+/// `EXISTS (SELECT 1 FROM orders WHERE tenant_id = ? AND order_id = ?)`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ResourceCondition(pub &'static str);
 
 /// Changes to runs, announced inside this process: every commit (for event
 /// streams, which follow runs through a broadcast) and every run that settled —
@@ -685,11 +694,39 @@ impl SqlRunStore {
     /// key: inserts without reading first (a concurrent insert still wins through
     /// the unique constraint and is returned as it is).
     pub async fn create(&self, new: &NewRun) -> Result<Allocation, DbError> {
+        self.create_where(new, None).await
+    }
+
+    /// [`SqlRunStore::create`], inserting only where `resource` holds (see
+    /// [`ResourceCondition`]), checked by the inserting statement itself: on
+    /// PostgreSQL that spares a run the round trip of a check of its own. A key
+    /// already used is found whether or not the resource still exists: a replay
+    /// answers the run it names. [`Allocation::Absent`] when nothing was found or
+    /// created because the resource does not exist.
+    pub async fn create_where(
+        &self,
+        new: &NewRun,
+        resource: Option<ResourceCondition>,
+    ) -> Result<Allocation, DbError> {
         let now = now_ms();
         let spec = serde_json::to_string(&new.spec).expect("specs serialize");
-        let insert = Statement::new(
-            "INSERT INTO runs (run_id, tenant_id, resource_id, actor, idempotency_key, request_hash, request_id, goal, planner_kind, model, status, state, step_count, spec, bundle_digest, created_at, updated_at, lease_owner, lease_expires_at) \
-             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 'running', 'created', 0, ?, ?, ?, ?, ?, ?) ON CONFLICT (tenant_id, idempotency_key) DO NOTHING",
+        let (source, condition) = match resource {
+            // `INSERT … SELECT … WHERE`: SQLite needs the `WHERE` before an
+            // `ON CONFLICT` anyway, to tell the two apart.
+            Some(c) => (
+                "SELECT ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 'running', 'created', 0, ?, ?, ?, ?, ?, ? WHERE ",
+                c.0,
+            ),
+            None => (
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 'running', 'created', 0, ?, ?, ?, ?, ?, ?)",
+                "",
+            ),
+        };
+        let mut insert = Statement::new(
+            format!(
+                "INSERT INTO runs (run_id, tenant_id, resource_id, actor, idempotency_key, request_hash, request_id, goal, planner_kind, model, status, state, step_count, spec, bundle_digest, created_at, updated_at, lease_owner, lease_expires_at) \
+             {source}{condition} ON CONFLICT (tenant_id, idempotency_key) DO NOTHING"
+            ),
             params![
                 &new.spec.run_id,
                 &new.spec.tenant_id,
@@ -709,6 +746,11 @@ impl SqlRunStore {
                 now + self.lease_ms
             ],
         );
+        if resource.is_some() {
+            insert
+                .params
+                .extend(params![&new.spec.tenant_id, &new.spec.resource_id]);
+        }
         let who = audit::Who {
             tenant: &new.spec.tenant_id,
             resource_id: &new.spec.resource_id,
@@ -784,14 +826,17 @@ impl SqlRunStore {
                 spec: Some(new.spec.clone()),
             }));
         }
-        let existing = self
+        match self
             .by_key(&new.spec.tenant_id, &new.idempotency_key)
             .await?
-            .ok_or_else(|| DbError::Corrupt {
+        {
+            Some(existing) => Ok(Self::classify(existing, new)),
+            None if resource.is_some() => Ok(Allocation::Absent),
+            None => Err(DbError::Corrupt {
                 table: "runs",
                 message: "allocated run vanished".into(),
-            })?;
-        Ok(Self::classify(existing, new))
+            }),
+        }
     }
 
     fn classify(existing: RunRecord, new: &NewRun) -> Allocation {

@@ -5,7 +5,7 @@ use caseops_host::api::Resources;
 use caseops_host::params;
 use caseops_host::store::runs::ResourceCondition;
 use caseops_host::store::sql::Row;
-use caseops_host::store::{AppSchema, Db, DbError, Migration};
+use caseops_host::store::{AppSchema, Db, DbError, Dialect, Migration};
 use caseops_runtime::ToolError;
 
 use crate::domain::{
@@ -163,6 +163,35 @@ fn document_from(
         evidence_ref: r.get("evidence_ref").map_err(unavailable)?,
     }))
 }
+
+// Of several active rules for a label the one with the greatest `rule_version`
+// applies, compared byte by byte as the memory repository compares strings:
+// PostgreSQL would order by its database's collation, so it is told `"C"`.
+macro_rules! document_rule {
+    () => {
+        "SELECT d.document_id, d.label, d.code, d.evidence_ref, a.code AS rule_code, a.rule_version, a.confidence FROM cases c \
+         LEFT JOIN source_documents d ON d.tenant_id = c.tenant_id AND d.case_id = c.case_id AND d.document_id = ? \
+         LEFT JOIN alias_rules a ON a.tenant_id = c.tenant_id AND a.label = d.label AND a.active = 1 \
+         WHERE c.tenant_id = ? AND c.case_id = ?"
+    };
+}
+macro_rules! alias_rule {
+    () => {
+        "SELECT a.code AS rule_code, a.rule_version, a.confidence FROM alias_rules a \
+         WHERE a.tenant_id = ? AND a.label = ? AND a.active = 1"
+    };
+}
+const DOCUMENT_RULE_SQLITE: &str =
+    concat!(document_rule!(), " ORDER BY a.rule_version DESC LIMIT 1");
+const DOCUMENT_RULE_POSTGRES: &str = concat!(
+    document_rule!(),
+    " ORDER BY a.rule_version COLLATE \"C\" DESC LIMIT 1"
+);
+const ALIAS_RULE_SQLITE: &str = concat!(alias_rule!(), " ORDER BY a.rule_version DESC LIMIT 1");
+const ALIAS_RULE_POSTGRES: &str = concat!(
+    alias_rule!(),
+    " ORDER BY a.rule_version COLLATE \"C\" DESC LIMIT 1"
+);
 
 /// The active alias rule of a row's `rule_code`, `rule_version` and `confidence`
 /// columns; `None` when they are NULL (a join that found no rule).
@@ -403,10 +432,10 @@ impl CaseRepository for SqlRepository {
         let row = self
             .db
             .fetch_optional(
-                "SELECT d.document_id, d.label, d.code, d.evidence_ref, a.code AS rule_code, a.rule_version, a.confidence FROM cases c \
-                 LEFT JOIN source_documents d ON d.tenant_id = c.tenant_id AND d.case_id = c.case_id AND d.document_id = ? \
-                 LEFT JOIN alias_rules a ON a.tenant_id = c.tenant_id AND a.label = d.label AND a.active = 1 \
-                 WHERE c.tenant_id = ? AND c.case_id = ? ORDER BY a.rule_version DESC LIMIT 1",
+                match self.db.dialect {
+                    Dialect::Postgres => DOCUMENT_RULE_POSTGRES,
+                    Dialect::Sqlite => DOCUMENT_RULE_SQLITE,
+                },
                 &params![document_id, tenant, case_id],
             )
             .await
@@ -420,7 +449,13 @@ impl CaseRepository for SqlRepository {
     }
 
     async fn alias_rule(&self, tenant: &str, label: &str) -> Result<Option<AliasRule>, ToolError> {
-        let row = self.db.fetch_optional("SELECT code AS rule_code, rule_version, confidence FROM alias_rules WHERE tenant_id = ? AND label = ? AND active = 1 ORDER BY rule_version DESC LIMIT 1", &params![tenant, label])
+        let sql = match self.db.dialect {
+            Dialect::Postgres => ALIAS_RULE_POSTGRES,
+            Dialect::Sqlite => ALIAS_RULE_SQLITE,
+        };
+        let row = self
+            .db
+            .fetch_optional(sql, &params![tenant, label])
             .await
             .map_err(unavailable)?;
         match row {

@@ -262,7 +262,8 @@ impl CaseRepository for MemoryRepository {
             .0
             .alias_rules
             .iter()
-            .find(|r| r.tenant_id == tenant && r.label == label && r.active)
+            .filter(|r| r.tenant_id == tenant && r.label == label && r.active)
+            .max_by(|a, b| a.rule_version.cmp(&b.rule_version))
             .cloned())
     }
 }

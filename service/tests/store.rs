@@ -1257,6 +1257,19 @@ async fn the_sql_repository_reads_a_case_with_its_policy_and_documents_as_the_me
         confidence: 0.5,
         active: false,
     });
+    // Two more active rules for the label of C-102's document, one older and one
+    // newer than the reference data's `2026.1`, listed after it: the newest
+    // applies whatever the order they were given in.
+    for (version, code) in [("2025.12", "OLDER_CODE"), ("2026.2", "NEWER_CODE")] {
+        data.alias_rules.push(AliasRule {
+            tenant_id: DEMO_TENANT.into(),
+            label: "道路交通事故认定书".into(),
+            code: code.into(),
+            rule_version: version.into(),
+            confidence: 0.9,
+            active: true,
+        });
+    }
     let memory = MemoryRepository::new(data.clone());
     for (backend, url) in fresh_databases("joined").await {
         let db = Db::connect(&url, 4, &caseops_service::reference::SCHEMA)
@@ -1309,6 +1322,12 @@ async fn the_sql_repository_reads_a_case_with_its_policy_and_documents_as_the_me
                 "{backend}: {label}"
             );
         }
+        let newest = memory
+            .alias_rule(DEMO_TENANT, "道路交通事故认定书")
+            .await
+            .unwrap()
+            .map(|r| r.code);
+        assert_eq!(newest.as_deref(), Some("NEWER_CODE"), "{backend}");
         let (_, none) = sql
             .case_documents(DEMO_TENANT, "C-900")
             .await

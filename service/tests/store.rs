@@ -274,8 +274,12 @@ async fn a_creation_checks_its_case_itself_and_a_replay_outlives_the_case() {
         )
         .await
         .unwrap();
-        let mut first = new_run("n1", "cond-key-3", "h");
-        first.spec.resource_id = "C-TMP".into();
+        let on_tmp = |run_id: &str| {
+            let mut run = new_run(run_id, "cond-key-3", "h");
+            run.spec.resource_id = "C-TMP".into();
+            run
+        };
+        let first = on_tmp("n1");
         assert!(
             matches!(store.create_where(&first, condition).await.unwrap(), Allocation::New(r) if r.run_id == "n1"),
             "{backend}"
@@ -283,8 +287,7 @@ async fn a_creation_checks_its_case_itself_and_a_replay_outlives_the_case() {
         db.execute("DELETE FROM cases WHERE case_id = 'C-TMP'", &[])
             .await
             .unwrap();
-        let mut replay = new_run("n2", "cond-key-3", "h");
-        replay.spec.resource_id = "C-TMP".into();
+        let mut replay = on_tmp("n2");
         assert!(
             matches!(store.create_where(&replay, condition).await.unwrap(), Allocation::Existing(r) if r.run_id == "n1"),
             "{backend}: the replay answers the run it names"

@@ -11,6 +11,7 @@ use crate::mcp::client::McpClient;
 use crate::mcp::server::{McpConfig, McpServer};
 use crate::mcp::token::TokenIssuer;
 use crate::metrics::Metrics;
+use crate::store::row_format::RowFormat;
 use crate::store::runs::{ResourceCondition, RunSignals, SqlRunStore};
 use crate::store::{AppSchema, Db};
 use crate::worker::{Driver, WorkerConfig, Workers};
@@ -289,7 +290,11 @@ where
             TOKEN_TTL_SECONDS,
         )
         .map_err(|e| HostError::Setup(e.to_string()))?;
+        let row_format = RowFormat::of(&db)
+            .await
+            .map_err(|e| HostError::Setup(e.to_string()))?;
         let runs = SqlRunStore::new(db.clone())
+            .with_row_format(row_format)
             .for_bundle::<B>()
             .with_lease_ms(config.lease_ms)
             .with_signals(signals.clone());

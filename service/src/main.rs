@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use caseops_generated::Bundle;
-use caseops_host::cli::{AuditCommand, DbArgs, HostCli, RunsCommand, ServeArgs};
+use caseops_host::cli::{AuditCommand, DbArgs, HostCli, MigrateArgs, RunsCommand, ServeArgs};
 use caseops_host::host::{DEV_SIGNING_KEY, HostConfig};
 use caseops_host::openai::{OpenAiConfig, OpenAiResponsesPlanner};
 use caseops_host::out;
@@ -59,10 +59,7 @@ enum Command {
         planner: PlannerArgs,
     },
     /// Create or upgrade the database schema.
-    Migrate {
-        #[command(flatten)]
-        db: DbArgs,
-    },
+    Migrate(MigrateArgs),
     /// Load the reference data (tenants, policy, case C-102, documents, alias rules).
     Seed {
         #[command(flatten)]
@@ -222,9 +219,7 @@ async fn main() -> ExitCode {
             Ok(planner) => serve(*args, planner).await,
             Err(e) => Err(e),
         },
-        Command::Migrate { db } => caseops_host::cli::migrate(&HOST_CLI, &db)
-            .await
-            .map(|_| out!("database is up to date")),
+        Command::Migrate(args) => caseops_host::cli::migrate_with(&HOST_CLI, &args).await,
         Command::Seed { db } => match caseops_host::cli::migrate(&HOST_CLI, &db).await {
             Ok(db) => seed(&db, &reference_data())
                 .await

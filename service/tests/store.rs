@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use caseops_generated::{Bundle, Dispatcher};
 use caseops_host::api::Resources;
+use caseops_host::store::row_format::RowFormat;
 use caseops_host::store::runs::{Allocation, NewRun, SqlRunStore};
 use caseops_host::store::{Db, audit};
 use caseops_runtime::context::PlannerView;
@@ -553,6 +554,145 @@ async fn stopped_mid_run(url: &str, run_id: &str) -> (Db, SqlRunStore, Direct) {
         .await;
     assert!(started.is_err(), "the run stopped mid-way");
     (db, store, direct)
+}
+
+/// The ledger and checkpoints of `run_id` as a reader sees them, without what
+/// differs between two runs of the same work (ids and times).
+async fn as_read(store: &SqlRunStore, run_id: &str) -> (Vec<Value>, Vec<Value>) {
+    let ledger = store.ledger("tenant-demo", run_id).await.unwrap();
+    let checkpoints = store.checkpoints("tenant-demo", run_id).await.unwrap();
+    (
+        ledger
+            .iter()
+            .map(|r| {
+                serde_json::json!([
+                    r.tool_name,
+                    r.tool_version,
+                    r.arguments,
+                    r.arguments_hash,
+                    r.fingerprint,
+                    r.status.as_str(),
+                    r.attempt_count,
+                    r.result,
+                    r.bundle_digest
+                ])
+            })
+            .collect(),
+        checkpoints
+            .iter()
+            .map(|c| serde_json::json!([c.sequence, c.from, c.to, c.reason]))
+            .collect(),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn compact_rows_read_back_as_full_rows_and_leave_out_what_readers_derive() {
+    for (backend, url) in fresh_databases("row_format").await {
+        let (db, full, direct) = setup(&url).await;
+        assert_eq!(
+            RowFormat::of(&db).await.unwrap(),
+            RowFormat::Compact,
+            "{backend}: a new database starts compact"
+        );
+        let compact = SqlRunStore::new(db.clone()).with_row_format(RowFormat::Compact);
+        let engine = Engine::<Bundle>::new().unwrap();
+        for (store, format) in [(&full, "full"), (&compact, "compact")] {
+            let run_id = format!("r-{format}");
+            store
+                .allocate(&new_run(&run_id, &format!("{run_id}-key"), "h"))
+                .await
+                .unwrap();
+            let out = engine
+                .start(spec(&run_id), &ConformancePlanner, &direct, store)
+                .await
+                .unwrap();
+            assert_eq!(out.status, "completed", "{backend}: {out:?}");
+            // A run that stopped mid-way resumes from what it stored.
+            let run_id = format!("r-resumed-{format}");
+            store
+                .allocate(&new_run(&run_id, &format!("{run_id}-key"), "h"))
+                .await
+                .unwrap();
+            let dying = DiesAt(store, 3, Default::default());
+            assert!(
+                engine
+                    .start(spec(&run_id), &ConformancePlanner, &direct, &dying)
+                    .await
+                    .is_err()
+            );
+            let out = engine
+                .resume(&run_id, &ConformancePlanner, &direct, store)
+                .await
+                .unwrap();
+            assert_eq!(
+                (out.status.as_str(), out.recovery_count),
+                ("completed", 1),
+                "{backend}: {format}"
+            );
+        }
+        // A run created under another bundle keeps its ledger rows' digest.
+        let mut earlier = new_run("r-deployed", "r-deployed-key", "h");
+        earlier.bundle_digest = "digest-of-an-earlier-bundle".into();
+        compact.allocate(&earlier).await.unwrap();
+        engine
+            .start(spec("r-deployed"), &ConformancePlanner, &direct, &compact)
+            .await
+            .unwrap();
+
+        let reference = as_read(&full, "r-full").await;
+        assert_eq!(reference.0.len(), 4, "{backend}");
+        let resumed = as_read(&full, "r-resumed-full").await;
+        assert!(resumed.1.len() > reference.1.len(), "{backend}");
+        for (run_id, expected) in [
+            ("r-compact", &reference),
+            ("r-deployed", &reference),
+            ("r-resumed-compact", &resumed),
+        ] {
+            for reader in [&full, &compact] {
+                assert_eq!(
+                    &as_read(reader, run_id).await,
+                    expected,
+                    "{backend}: {run_id}"
+                );
+            }
+        }
+
+        let blanks = |column: &'static str, run_id: &'static str| {
+            let db = db.clone();
+            async move {
+                let table = if column == "from_state" {
+                    "checkpoints"
+                } else {
+                    "tool_executions"
+                };
+                count(
+                    &db,
+                    &format!("SELECT count(*) AS n FROM {table} WHERE run_id = '{run_id}' AND {column} = ''"),
+                )
+                .await
+            }
+        };
+        let checkpoints = reference.1.len() as i64;
+        for column in [
+            "arguments_hash",
+            "fingerprint",
+            "bundle_digest",
+            "from_state",
+        ] {
+            assert_eq!(blanks(column, "r-full").await, 0, "{backend}: {column}");
+        }
+        for column in ["arguments_hash", "fingerprint", "bundle_digest"] {
+            assert_eq!(blanks(column, "r-compact").await, 4, "{backend}: {column}");
+        }
+        assert_eq!(blanks("arguments_hash", "r-deployed").await, 4, "{backend}");
+        assert_eq!(blanks("bundle_digest", "r-deployed").await, 0, "{backend}");
+        // Each commit's first checkpoint names its `from_state`; the rest leave it.
+        let compacted = blanks("from_state", "r-compact").await;
+        assert!(
+            compacted >= checkpoints / 2 && compacted < checkpoints,
+            "{backend}: {compacted} of {checkpoints}"
+        );
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

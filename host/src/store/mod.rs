@@ -5,6 +5,7 @@
 pub mod approvals;
 pub mod audit;
 pub mod outbox;
+pub mod row_format;
 pub mod runs;
 pub mod sessions;
 pub mod sql;
@@ -228,6 +229,12 @@ pub const HOST_MIGRATIONS: &[Migration] = &[
         sqlite: include_str!("../../migrations/sqlite/1010_checkpoints_without_rowid.sql"),
         postgres: include_str!("../../migrations/postgres/1010_checkpoints_without_rowid.sql"),
     },
+    Migration {
+        version: 1011,
+        description: "row format",
+        sqlite: include_str!("../../migrations/sqlite/1011_row_format.sql"),
+        postgres: include_str!("../../migrations/postgres/1011_row_format.sql"),
+    },
 ];
 
 const HOST_TABLES: &[&str] = &[
@@ -239,6 +246,7 @@ const HOST_TABLES: &[&str] = &[
     "approvals",
     "health_probe",
     "console_sessions",
+    "host_settings",
 ];
 
 /// The host's migrations and the application's, in version order.
@@ -676,10 +684,10 @@ mod tests {
         assert_eq!(
             order,
             [
-                1, 3, 4, 5, 1000, 1001, 1003, 1004, 1005, 1006, 1007, 1008, 1009, 1010
+                1, 3, 4, 5, 1000, 1001, 1003, 1004, 1005, 1006, 1007, 1008, 1009, 1010, 1011
             ]
         );
-        assert_eq!(latest(&NOTES), 1010);
+        assert_eq!(latest(&NOTES), 1011);
     }
 
     #[tokio::test]
@@ -739,6 +747,35 @@ mod tests {
             )
             .unwrap();
         assert_eq!(indexes, 2);
+    }
+
+    /// 1011 starts a new database compact and leaves one that holds runs in full:
+    /// replicas of an earlier version may be serving it.
+    #[test]
+    fn the_row_format_is_compact_only_for_a_database_without_runs() {
+        let format_after = |with_run: bool| -> String {
+            let mut conn = rusqlite::Connection::open_in_memory().unwrap();
+            let all = migrations(&AppSchema::NONE);
+            let (before, after): (Vec<Migration>, Vec<Migration>) =
+                all.iter().partition(|m| m.version < 1011);
+            migrate_sqlite(&mut conn, &before).unwrap();
+            if with_run {
+                conn.execute_batch(
+                    "INSERT INTO runs (run_id, tenant_id, resource_id, actor, idempotency_key, request_hash, goal, planner_kind, status, state, spec, bundle_digest, created_at, updated_at) \
+                     VALUES ('r', 't', 'c', 'a', 'k', 'h', 'g', 'p', 'completed', 'completed', '{}', 'd', 1, 1)",
+                )
+                .unwrap();
+            }
+            migrate_sqlite(&mut conn, &after).unwrap();
+            conn.query_row(
+                "SELECT value FROM host_settings WHERE name = 'row_format'",
+                [],
+                |r| r.get(0),
+            )
+            .unwrap()
+        };
+        assert_eq!(format_after(false), "compact");
+        assert_eq!(format_after(true), "full");
     }
 
     /// 1010 rebuilds SQLite's checkpoints without a rowid: every row of a file

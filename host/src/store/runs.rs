@@ -2,6 +2,7 @@
 //! transaction per commit point (checkpoints, ledger rows, run record, and at the
 //! terminal state the audit and outbox events too).
 
+use super::row_format::{self, RowFormat};
 use super::sql::{Row, Statement, Tx};
 use super::{Db, DbError, Dialect, audit, now_ms};
 use crate::params;
@@ -297,6 +298,8 @@ pub struct SqlRunStore {
     /// How terminal audit and outbox events name the run's resource.
     events: audit::EventNames,
     facts: RunFacts,
+    /// How ledger rows and checkpoints are written (see [`RowFormat`]).
+    rows: RowFormat,
 }
 
 /// Who each run this process created is about, kept until the run ends or parks
@@ -363,6 +366,23 @@ macro_rules! select_runs {
     };
 }
 
+/// A run's checkpoints of `tenant` (parameters: tenant, run id, then any the
+/// `$more` condition takes), with `$snapshot` as the snapshot column. A compact
+/// checkpoint's '' `from_state` is the `to_state` of the one before it.
+macro_rules! select_checkpoints {
+    ($snapshot:literal, $more:literal) => {
+        concat!(
+            "SELECT c.run_id, c.sequence, \
+             COALESCE(NULLIF(c.from_state, ''), (SELECT p.to_state FROM checkpoints p WHERE p.run_id = c.run_id AND p.sequence = c.sequence - 1)) AS from_state, \
+             c.to_state, c.at_ms, c.reason, ",
+            $snapshot,
+            " FROM checkpoints c JOIN runs r ON r.run_id = c.run_id WHERE r.tenant_id = ? AND c.run_id = ? ",
+            $more,
+            "ORDER BY c.sequence"
+        )
+    };
+}
+
 fn parse_json(text: Option<String>, table: &'static str) -> Result<Option<Value>, DbError> {
     text.map(|t| {
         serde_json::from_str(&t).map_err(|e| DbError::Corrupt {
@@ -377,7 +397,12 @@ fn checkpoint(r: &Row) -> Result<Checkpoint, DbError> {
     Ok(Checkpoint {
         run_id: r.get("run_id")?,
         sequence: r.get::<i64>("sequence")? as u64,
-        from: r.get("from_state")?,
+        from: r
+            .get::<Option<String>>("from_state")?
+            .ok_or_else(|| DbError::Corrupt {
+                table: "checkpoints",
+                message: "a checkpoint without `from_state` follows no checkpoint".into(),
+            })?,
         to: r.get("to_state")?,
         at_ms: r.get::<i64>("at_ms")? as u64,
         reason: r.get("reason")?,
@@ -433,6 +458,7 @@ impl SqlRunStore {
             signals: None,
             events: audit::EventNames::default(),
             facts: RunFacts::default(),
+            rows: RowFormat::Full,
         }
     }
 
@@ -532,6 +558,13 @@ impl SqlRunStore {
             .fetch_optional(select_runs!("WHERE run_id = ?"), &params![run_id])
             .await?;
         row.as_ref().map(record).transpose()
+    }
+
+    /// Writes ledger rows and checkpoints in `rows` (the database's
+    /// [`RowFormat::of`]); reading takes either.
+    pub fn with_row_format(mut self, rows: RowFormat) -> Self {
+        self.rows = rows;
+        self
     }
 
     pub fn with_lease_ms(mut self, lease_ms: i64) -> Self {
@@ -883,24 +916,40 @@ impl SqlRunStore {
         filter: &str,
         params: &[super::sql::Param],
     ) -> Result<Vec<LedgerRow>, DbError> {
-        let rows = self.db.fetch_all(&format!("SELECT run_id, tool_call_id, tool_name, tool_version, arguments, arguments_hash, fingerprint, idempotency_key, status, attempt_count, result, error_class, error_code, bundle_digest, started_at, finished_at \
+        // A compact row's '' bundle digest is its run's (see `RowFormat`).
+        let rows = self.db.fetch_all(&format!("SELECT run_id, tool_call_id, tool_name, tool_version, arguments, arguments_hash, fingerprint, idempotency_key, status, attempt_count, result, error_class, error_code, \
+             CASE WHEN bundle_digest = '' THEN (SELECT r.bundle_digest FROM runs r WHERE r.run_id = tool_executions.run_id) ELSE bundle_digest END AS bundle_digest, started_at, finished_at \
              FROM tool_executions WHERE {filter} ORDER BY started_at, tool_call_id"), params)
         .await?;
         let mut out: Vec<LedgerRow> = rows
             .iter()
             .map(|r| -> Result<LedgerRow, DbError> {
                 let arguments: String = r.get("arguments")?;
+                let arguments: Value =
+                    serde_json::from_str(&arguments).map_err(|e| DbError::Corrupt {
+                        table: "tool_executions",
+                        message: e.to_string(),
+                    })?;
+                let tool_name: String = r.get("tool_name")?;
+                let (mut arguments_hash, mut fingerprint): (String, String) =
+                    (r.get("arguments_hash")?, r.get("fingerprint")?);
+                if arguments_hash.is_empty() || fingerprint.is_empty() {
+                    let derived = row_format::derived_hashes(&tool_name, &arguments);
+                    if arguments_hash.is_empty() {
+                        arguments_hash = derived.0;
+                    }
+                    if fingerprint.is_empty() {
+                        fingerprint = derived.1;
+                    }
+                }
                 Ok(LedgerRow {
                     run_id: r.get("run_id")?,
                     tool_call_id: r.get("tool_call_id")?,
-                    tool_name: r.get("tool_name")?,
+                    tool_name,
                     tool_version: r.get("tool_version")?,
-                    arguments: serde_json::from_str(&arguments).map_err(|e| DbError::Corrupt {
-                        table: "tool_executions",
-                        message: e.to_string(),
-                    })?,
-                    arguments_hash: r.get("arguments_hash")?,
-                    fingerprint: r.get("fingerprint")?,
+                    arguments,
+                    arguments_hash,
+                    fingerprint,
                     idempotency_key: r.get("idempotency_key")?,
                     status: status_of(&r.get::<String>("status")?)?,
                     attempt_count: r.get::<i64>("attempt_count")? as u32,
@@ -930,9 +979,13 @@ impl SqlRunStore {
         tenant: &str,
         run_id: &str,
     ) -> Result<Vec<Checkpoint>, DbError> {
-        let rows = self.db.fetch_all("SELECT c.run_id, c.sequence, c.from_state, c.to_state, c.at_ms, c.reason, c.snapshot FROM checkpoints c JOIN runs r ON r.run_id = c.run_id \
-             WHERE r.tenant_id = ? AND c.run_id = ? ORDER BY c.sequence", &params![tenant, run_id])
-        .await?;
+        let rows = self
+            .db
+            .fetch_all(
+                select_checkpoints!("c.snapshot", ""),
+                &params![tenant, run_id],
+            )
+            .await?;
         rows.iter().map(checkpoint).collect()
     }
 
@@ -945,9 +998,13 @@ impl SqlRunStore {
         run_id: &str,
         after: u64,
     ) -> Result<Vec<Checkpoint>, DbError> {
-        let rows = self.db.fetch_all("SELECT c.run_id, c.sequence, c.from_state, c.to_state, c.at_ms, c.reason, CAST(NULL AS TEXT) AS snapshot FROM checkpoints c JOIN runs r ON r.run_id = c.run_id \
-             WHERE r.tenant_id = ? AND c.run_id = ? AND c.sequence > ? ORDER BY c.sequence", &params![tenant, run_id, after as i64])
-        .await?;
+        let rows = self
+            .db
+            .fetch_all(
+                select_checkpoints!("CAST(NULL AS TEXT) AS snapshot", "AND c.sequence > ? "),
+                &params![tenant, run_id, after as i64],
+            )
+            .await?;
         rows.iter().map(checkpoint).collect()
     }
 
@@ -1038,11 +1095,14 @@ impl SqlRunStore {
             // Their snapshot goes to the run's row (see `fence`).
             let tuples = vec!["(?, ?, ?, ?, ?, ?)"; batch.checkpoints.len()].join(", ");
             let mut values = Vec::with_capacity(batch.checkpoints.len() * 6);
+            let mut before = None;
             for cp in &batch.checkpoints {
+                let from = row_format::stored_from(self.rows, before, cp);
+                before = Some(cp);
                 values.extend(params![
                     &cp.run_id,
                     cp.sequence as i64,
-                    &cp.from,
+                    from,
                     &cp.to,
                     cp.at_ms as i64,
                     cp.reason.clone()
@@ -1054,13 +1114,46 @@ impl SqlRunStore {
                 values,
             ));
         }
+        let digest_sql = row_format::bundle_digest_sql(self.rows);
         for row in &batch.ledger {
+            let arguments = row.arguments.to_string();
+            let (arguments_hash, fingerprint) = row_format::stored_hashes(
+                self.rows,
+                &row.tool_name,
+                &arguments,
+                &row.arguments_hash,
+                &row.fingerprint,
+            );
+            let mut values = Vec::from(params![
+                &row.run_id,
+                &row.tool_call_id,
+                &row.run_id,
+                &row.tool_name,
+                &row.tool_version,
+                arguments.as_str(),
+                arguments_hash,
+                fingerprint,
+                row.idempotency_key.clone(),
+                row.status.as_str(),
+                i64::from(row.attempt_count),
+                row.result.as_ref().map(Value::to_string),
+                row.error_class.clone(),
+                row.error_code.clone(),
+                &row.bundle_digest
+            ]);
+            if self.rows == RowFormat::Compact {
+                values.extend(params![&row.run_id, &row.bundle_digest]);
+            }
+            values.extend(params![
+                row.started_at_ms as i64,
+                row.finished_at_ms.map(|v| v as i64)
+            ]);
             parts.push(Statement::new(
                 format!("INSERT INTO tool_executions (run_id, tool_call_id, tenant_id, tool_name, tool_version, arguments, arguments_hash, fingerprint, idempotency_key, status, attempt_count, result, error_class, error_code, bundle_digest, started_at, finished_at) \
-                 SELECT ?, ?, (SELECT tenant_id FROM runs WHERE run_id = ?), ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ? WHERE {gate} \
+                 SELECT ?, ?, (SELECT tenant_id FROM runs WHERE run_id = ?), ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, {digest_sql}, ?, ? WHERE {gate} \
                  ON CONFLICT (run_id, tool_call_id) DO UPDATE SET status = excluded.status, attempt_count = excluded.attempt_count, result = excluded.result, \
                  error_class = excluded.error_class, error_code = excluded.error_code, finished_at = excluded.finished_at"),
-                params![&row.run_id, &row.tool_call_id, &row.run_id, &row.tool_name, &row.tool_version, row.arguments.to_string(), &row.arguments_hash, &row.fingerprint, row.idempotency_key.clone(), row.status.as_str(), i64::from(row.attempt_count), row.result.as_ref().map(Value::to_string), row.error_class.clone(), row.error_code.clone(), &row.bundle_digest, row.started_at_ms as i64, row.finished_at_ms.map(|v| v as i64)],
+                values,
             ));
         }
         parts

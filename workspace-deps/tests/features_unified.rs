@@ -2,9 +2,11 @@
 //! set the workspace's test build (`cargo test --workspace --all-features`) also
 //! builds, so switching between the README's commands and `cargo run -p
 //! caseops-compile` reuses most compiled dependencies instead of rebuilding them.
-//! (`cargo tree` does not tell a build script's copy of a crate from the program's;
-//! a few crates that only build scripts use — lalrpop's, under cedar-policy-core —
-//! can still differ by what they link, and are rebuilt.)
+//! (`cargo tree` does not tell a build script's copy of a crate from the program's.
+//! Both compile alike because the dev profile states the dependencies' debug level
+//! (the workspace's Cargo.toml says why); a feature set that only one side of a
+//! build asks for, as `indexmap`'s `serde` was for the service, is found by
+//! building a copy: `.ci/run`'s ignored tests compile only the copy's own crates.)
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::process::Command;

@@ -558,9 +558,12 @@ async fn stopped_mid_run(url: &str, run_id: &str) -> (Db, SqlRunStore, Direct) {
 
 /// The ledger and checkpoints of `run_id` as a reader sees them, without what
 /// differs between two runs of the same work (ids and times).
-async fn as_read(store: &SqlRunStore, run_id: &str) -> (Vec<Value>, Vec<Value>) {
+/// What readers see of a run: its ledger, its checkpoints, and its spec,
+/// provenance and result with the run id written as `RUN`.
+async fn as_read(store: &SqlRunStore, run_id: &str) -> (Vec<Value>, Vec<Value>, String) {
     let ledger = store.ledger("tenant-demo", run_id).await.unwrap();
     let checkpoints = store.checkpoints("tenant-demo", run_id).await.unwrap();
+    let record = store.record(run_id).await.unwrap().unwrap();
     (
         ledger
             .iter()
@@ -582,6 +585,9 @@ async fn as_read(store: &SqlRunStore, run_id: &str) -> (Vec<Value>, Vec<Value>) 
             .iter()
             .map(|c| serde_json::json!([c.sequence, c.from, c.to, c.reason]))
             .collect(),
+        serde_json::json!([record.spec, record.provenance, record.final_result])
+            .to_string()
+            .replace(run_id, "RUN"),
     )
 }
 
@@ -591,17 +597,24 @@ async fn compact_rows_read_back_as_full_rows_and_leave_out_what_readers_derive()
         let (db, full, direct) = setup(&url).await;
         assert_eq!(
             RowFormat::of(&db).await.unwrap(),
-            RowFormat::Compact,
-            "{backend}: a new database starts compact"
+            RowFormat::CompactRuns,
+            "{backend}: a new database starts at the most compact format"
         );
         let compact = SqlRunStore::new(db.clone()).with_row_format(RowFormat::Compact);
+        let runs = SqlRunStore::new(db.clone()).with_row_format(RowFormat::CompactRuns);
         let engine = Engine::<Bundle>::new().unwrap();
-        for (store, format) in [(&full, "full"), (&compact, "compact")] {
+        let new_run = |run_id: &str| NewRun {
+            // The spec's correlation id is the request id: a column holds it.
+            request_id: Some("c".into()),
+            ..new_run(run_id, &format!("{run_id}-key"), "h")
+        };
+        for (store, format) in [
+            (&full, "full"),
+            (&compact, "compact"),
+            (&runs, "compact-runs"),
+        ] {
             let run_id = format!("r-{format}");
-            store
-                .allocate(&new_run(&run_id, &format!("{run_id}-key"), "h"))
-                .await
-                .unwrap();
+            store.allocate(&new_run(&run_id)).await.unwrap();
             let out = engine
                 .start(spec(&run_id), &ConformancePlanner, &direct, store)
                 .await
@@ -609,10 +622,7 @@ async fn compact_rows_read_back_as_full_rows_and_leave_out_what_readers_derive()
             assert_eq!(out.status, "completed", "{backend}: {out:?}");
             // A run that stopped mid-way resumes from what it stored.
             let run_id = format!("r-resumed-{format}");
-            store
-                .allocate(&new_run(&run_id, &format!("{run_id}-key"), "h"))
-                .await
-                .unwrap();
+            store.allocate(&new_run(&run_id)).await.unwrap();
             let dying = DiesAt(store, 3, Default::default());
             assert!(
                 engine
@@ -630,25 +640,28 @@ async fn compact_rows_read_back_as_full_rows_and_leave_out_what_readers_derive()
                 "{backend}: {format}"
             );
         }
-        // A run created under another bundle keeps its ledger rows' digest.
-        let mut earlier = new_run("r-deployed", "r-deployed-key", "h");
+        // A run created under another bundle keeps its ledger rows' digest, and
+        // its provenance (whose calls ran under this bundle) stays in full.
+        let mut earlier = new_run("r-deployed");
         earlier.bundle_digest = "digest-of-an-earlier-bundle".into();
-        compact.allocate(&earlier).await.unwrap();
+        runs.allocate(&earlier).await.unwrap();
         engine
-            .start(spec("r-deployed"), &ConformancePlanner, &direct, &compact)
+            .start(spec("r-deployed"), &ConformancePlanner, &direct, &runs)
             .await
             .unwrap();
 
         let reference = as_read(&full, "r-full").await;
         assert_eq!(reference.0.len(), 4, "{backend}");
+        assert!(reference.2.contains("tool_call_id"), "{backend}");
         let resumed = as_read(&full, "r-resumed-full").await;
         assert!(resumed.1.len() > reference.1.len(), "{backend}");
         for (run_id, expected) in [
             ("r-compact", &reference),
-            ("r-deployed", &reference),
+            ("r-compact-runs", &reference),
             ("r-resumed-compact", &resumed),
+            ("r-resumed-compact-runs", &resumed),
         ] {
-            for reader in [&full, &compact] {
+            for reader in [&full, &compact, &runs] {
                 assert_eq!(
                     &as_read(reader, run_id).await,
                     expected,
@@ -656,6 +669,8 @@ async fn compact_rows_read_back_as_full_rows_and_leave_out_what_readers_derive()
                 );
             }
         }
+        let deployed = as_read(&runs, "r-deployed").await;
+        assert_eq!((&deployed.0, &deployed.1), (&reference.0, &reference.1));
 
         let blanks = |column: &'static str, run_id: &'static str| {
             let db = db.clone();
@@ -681,16 +696,88 @@ async fn compact_rows_read_back_as_full_rows_and_leave_out_what_readers_derive()
         ] {
             assert_eq!(blanks(column, "r-full").await, 0, "{backend}: {column}");
         }
-        for column in ["arguments_hash", "fingerprint", "bundle_digest"] {
-            assert_eq!(blanks(column, "r-compact").await, 4, "{backend}: {column}");
+        for run_id in ["r-compact", "r-compact-runs"] {
+            for column in ["arguments_hash", "fingerprint", "bundle_digest"] {
+                assert_eq!(blanks(column, run_id).await, 4, "{backend}: {column}");
+            }
+            // Each commit's first checkpoint names its `from_state`; the rest leave it.
+            let compacted = blanks("from_state", run_id).await;
+            assert!(
+                compacted >= checkpoints / 2 && compacted < checkpoints,
+                "{backend}: {compacted} of {checkpoints}"
+            );
         }
         assert_eq!(blanks("arguments_hash", "r-deployed").await, 4, "{backend}");
         assert_eq!(blanks("bundle_digest", "r-deployed").await, 0, "{backend}");
-        // Each commit's first checkpoint names its `from_state`; the rest leave it.
-        let compacted = blanks("from_state", "r-compact").await;
+
+        // Run rows: only `compact-runs` leaves the spec's repeated fields and the
+        // provenance's run ids and digests out.
+        let stored = |run_id: &'static str| {
+            let db = db.clone();
+            async move {
+                let row = db
+                    .fetch_optional(
+                        "SELECT spec, provenance FROM runs WHERE run_id = ?",
+                        &caseops_host::params![run_id],
+                    )
+                    .await
+                    .unwrap()
+                    .unwrap();
+                (
+                    row.get::<String>("spec").unwrap(),
+                    row.get::<String>("provenance").unwrap(),
+                )
+            }
+        };
+        for run_id in ["r-full", "r-compact"] {
+            let (spec, provenance) = stored(run_id).await;
+            for field in [
+                "run_id",
+                "tenant_id",
+                "resource_id",
+                "subject",
+                "correlation_id",
+                "goal",
+            ] {
+                assert!(
+                    spec.contains(&format!("\"{field}\"")),
+                    "{backend}: {run_id} {field}"
+                );
+            }
+            assert!(provenance.contains(run_id) && provenance.contains(Bundle::BUNDLE_DIGEST));
+        }
+        let (spec, provenance) = stored("r-compact-runs").await;
+        for field in [
+            "run_id",
+            "tenant_id",
+            "resource_id",
+            "subject",
+            "correlation_id",
+            "goal",
+        ] {
+            assert!(
+                !spec.contains(&format!("\"{field}\"")),
+                "{backend}: {field} in {spec}"
+            );
+        }
+        assert!(spec.contains("\"task_id\""), "{backend}: {spec}");
         assert!(
-            compacted >= checkpoints / 2 && compacted < checkpoints,
-            "{backend}: {compacted} of {checkpoints}"
+            provenance.starts_with('[')
+                && !provenance.contains("r-compact-runs")
+                && !provenance.contains(Bundle::BUNDLE_DIGEST),
+            "{backend}: {provenance}"
+        );
+        let (_, provenance) = stored("r-deployed").await;
+        assert!(provenance.starts_with('{'), "{backend}: {provenance}");
+        let full_size = stored("r-full").await;
+        let runs_size = stored("r-compact-runs").await;
+        let (compact_len, full_len) = (
+            runs_size.0.len() + runs_size.1.len(),
+            full_size.0.len() + full_size.1.len(),
+        );
+        assert!(
+            compact_len * 4 < full_len * 3,
+            "{backend}: {compact_len} of {full_len} bytes: {runs_size:?}"
         );
     }
 }

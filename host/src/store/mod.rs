@@ -235,6 +235,12 @@ pub const HOST_MIGRATIONS: &[Migration] = &[
         sqlite: include_str!("../../migrations/sqlite/1011_row_format.sql"),
         postgres: include_str!("../../migrations/postgres/1011_row_format.sql"),
     },
+    Migration {
+        version: 1012,
+        description: "compact run rows",
+        sqlite: include_str!("../../migrations/sqlite/1012_compact_run_rows.sql"),
+        postgres: include_str!("../../migrations/postgres/1012_compact_run_rows.sql"),
+    },
 ];
 
 const HOST_TABLES: &[&str] = &[
@@ -684,10 +690,10 @@ mod tests {
         assert_eq!(
             order,
             [
-                1, 3, 4, 5, 1000, 1001, 1003, 1004, 1005, 1006, 1007, 1008, 1009, 1010, 1011
+                1, 3, 4, 5, 1000, 1001, 1003, 1004, 1005, 1006, 1007, 1008, 1009, 1010, 1011, 1012
             ]
         );
-        assert_eq!(latest(&NOTES), 1011);
+        assert_eq!(latest(&NOTES), 1012);
     }
 
     #[tokio::test]
@@ -749,17 +755,21 @@ mod tests {
         assert_eq!(indexes, 2);
     }
 
-    /// 1011 starts a new database compact and leaves one that holds runs in full:
-    /// replicas of an earlier version may be serving it.
+    /// 1011 and 1012 start a new database at the most compact format and leave
+    /// one that holds runs where it was: replicas of an earlier version may be
+    /// serving it.
     #[test]
-    fn the_row_format_is_compact_only_for_a_database_without_runs() {
-        let format_after = |with_run: bool| -> String {
+    fn the_row_format_moves_on_only_for_a_database_without_runs() {
+        // The format after every migration, with a run inserted (if any) just
+        // before migration `run_before`.
+        let format_after = |run_before: Option<i64>| -> String {
             let mut conn = rusqlite::Connection::open_in_memory().unwrap();
             let all = migrations(&AppSchema::NONE);
+            let split = run_before.unwrap_or(i64::MAX);
             let (before, after): (Vec<Migration>, Vec<Migration>) =
-                all.iter().partition(|m| m.version < 1011);
+                all.iter().partition(|m| m.version < split);
             migrate_sqlite(&mut conn, &before).unwrap();
-            if with_run {
+            if run_before.is_some() {
                 conn.execute_batch(
                     "INSERT INTO runs (run_id, tenant_id, resource_id, actor, idempotency_key, request_hash, goal, planner_kind, status, state, spec, bundle_digest, created_at, updated_at) \
                      VALUES ('r', 't', 'c', 'a', 'k', 'h', 'g', 'p', 'completed', 'completed', '{}', 'd', 1, 1)",
@@ -774,8 +784,9 @@ mod tests {
             )
             .unwrap()
         };
-        assert_eq!(format_after(false), "compact");
-        assert_eq!(format_after(true), "full");
+        assert_eq!(format_after(None), "compact-runs");
+        assert_eq!(format_after(Some(1011)), "full");
+        assert_eq!(format_after(Some(1012)), "compact");
     }
 
     /// 1010 rebuilds SQLite's checkpoints without a rowid: every row of a file

@@ -7,19 +7,27 @@
 //! in, so both formats read the same; versions before 1011 cannot read compact
 //! rows, which is why a database that already held runs stays `Full` until the
 //! operator says every replica runs this version (`caseops migrate --compact-rows`).
+//!
+//! `CompactRuns` (migration 1012) also leaves out of a run's row what its other
+//! columns hold: the spec's identity fields, and in the provenance each entry's
+//! run id prefix and bundle digest. That brings the row of a typical finished
+//! run under half a SQLite page, so two share one.
 
 use super::{Db, DbError};
-use caseops_runtime::Checkpoint;
 use caseops_runtime::fingerprint::{action_fingerprint, arguments_hash};
-use serde_json::Value;
+use caseops_runtime::{Checkpoint, RunSpec};
+use serde_json::{Map, Value};
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+/// Ordered: each format leaves out what the one before it does, and more.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Default)]
 pub enum RowFormat {
     /// Every value stored, as versions before 1011 read them.
     #[default]
     Full,
-    /// Derivable values stored as ''.
+    /// Derivable ledger and checkpoint values stored as '' (1011).
     Compact,
+    /// `Compact`, and run rows without what their columns repeat (1012).
+    CompactRuns,
 }
 
 impl RowFormat {
@@ -36,24 +44,43 @@ impl RowFormat {
             .transpose()?
             .as_deref()
         {
+            Some("compact-runs") => Ok(RowFormat::CompactRuns),
             Some("compact") => Ok(RowFormat::Compact),
             Some("full") | None => Ok(RowFormat::Full),
             Some(other) => Err(DbError::Corrupt {
                 table: "host_settings",
-                message: format!("unknown row format `{other}`"),
+                message: format!(
+                    "unknown row format `{other}`: the database was set up by a newer version"
+                ),
             }),
         }
     }
 
-    /// Makes the database compact: replicas write compact rows from their next
-    /// start. Only once no replica of a version before 1011 serves it.
+    /// The setting's value.
+    pub fn name(self) -> &'static str {
+        match self {
+            RowFormat::Full => "full",
+            RowFormat::Compact => "compact",
+            RowFormat::CompactRuns => "compact-runs",
+        }
+    }
+
+    /// Makes the database write the most compact rows this version knows:
+    /// replicas do from their next start. Only once no replica of an earlier
+    /// version serves it. Never makes a database less compact.
     pub async fn make_compact(db: &Db) -> Result<(), DbError> {
-        db.execute(
-            "UPDATE host_settings SET value = 'compact' WHERE name = 'row_format'",
-            &[],
-        )
-        .await?;
+        if RowFormat::of(db).await? < RowFormat::CompactRuns {
+            db.execute(
+                "UPDATE host_settings SET value = 'compact-runs' WHERE name = 'row_format'",
+                &[],
+            )
+            .await?;
+        }
         Ok(())
+    }
+
+    fn leaves_out_derived(self) -> bool {
+        self >= RowFormat::Compact
     }
 }
 
@@ -64,8 +91,12 @@ pub(crate) fn stored_from<'a>(
     before: Option<&Checkpoint>,
     cp: &'a Checkpoint,
 ) -> &'a str {
-    match (format, before) {
-        (RowFormat::Compact, Some(b)) if b.sequence + 1 == cp.sequence && b.to == cp.from => "",
+    match before {
+        Some(b)
+            if format.leaves_out_derived() && b.sequence + 1 == cp.sequence && b.to == cp.from =>
+        {
+            ""
+        }
         _ => &cp.from,
     }
 }
@@ -81,7 +112,7 @@ pub(crate) fn stored_hashes<'a>(
     hash: &'a str,
     fingerprint: &'a str,
 ) -> (&'a str, &'a str) {
-    if format == RowFormat::Full {
+    if !format.leaves_out_derived() {
         return (hash, fingerprint);
     }
     let Ok(arguments) = serde_json::from_str::<Value>(arguments_text) else {
@@ -110,12 +141,167 @@ pub(crate) fn derived_hashes(tool: &str, arguments: &Value) -> (String, String) 
 /// Compact: '' when the digest is the run's; it takes the digest, the run id and
 /// the digest again.
 pub(crate) fn bundle_digest_sql(format: RowFormat) -> &'static str {
-    match format {
-        RowFormat::Full => "?",
-        RowFormat::Compact => {
-            "CASE WHEN ? = (SELECT bundle_digest FROM runs WHERE run_id = ?) THEN '' ELSE ? END"
+    if format.leaves_out_derived() {
+        "CASE WHEN ? = (SELECT bundle_digest FROM runs WHERE run_id = ?) THEN '' ELSE ? END"
+    } else {
+        "?"
+    }
+}
+
+/// The columns of a run's row that its spec repeats.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct RunColumns<'a> {
+    pub run_id: &'a str,
+    pub tenant_id: &'a str,
+    pub resource_id: &'a str,
+    pub actor: &'a str,
+    pub request_id: Option<&'a str>,
+    pub goal: &'a str,
+}
+
+impl RunColumns<'_> {
+    /// (spec field, the column's value) for each field a column may repeat.
+    fn repeated(&self) -> [(&'static str, Option<&str>); 6] {
+        [
+            ("run_id", Some(self.run_id)),
+            ("tenant_id", Some(self.tenant_id)),
+            ("resource_id", Some(self.resource_id)),
+            ("subject", Some(self.actor)),
+            ("correlation_id", self.request_id),
+            ("goal", Some(self.goal)),
+        ]
+    }
+}
+
+/// A run's spec as stored: `CompactRuns` leaves out each field whose value its
+/// column holds.
+pub(crate) fn stored_spec(format: RowFormat, spec: &RunSpec, columns: &RunColumns) -> String {
+    if format < RowFormat::CompactRuns {
+        return serde_json::to_string(spec).expect("specs serialize");
+    }
+    let mut value = serde_json::to_value(spec).expect("specs serialize");
+    if let Some(fields) = value.as_object_mut() {
+        for (field, column) in columns.repeated() {
+            if column.is_some() && fields.get(field).and_then(Value::as_str) == column {
+                fields.shift_remove(field);
+            }
         }
     }
+    value.to_string()
+}
+
+/// A stored spec, either format: a field it leaves out is its column's value.
+pub(crate) fn read_spec(text: &str, columns: &RunColumns) -> Result<RunSpec, DbError> {
+    let corrupt = |e: serde_json::Error| DbError::Corrupt {
+        table: "runs",
+        message: format!("spec of run `{}`: {e}", columns.run_id),
+    };
+    let mut value: Value = serde_json::from_str(text).map_err(corrupt)?;
+    if let Some(fields) = value.as_object_mut() {
+        for (field, column) in columns.repeated() {
+            if let (false, Some(column)) = (fields.contains_key(field), column) {
+                fields.insert(field.to_string(), Value::String(column.to_string()));
+            }
+        }
+    }
+    serde_json::from_value(value).map_err(corrupt)
+}
+
+/// SQL for the `provenance` column of a run's row. Full: `?`, the text.
+/// `CompactRuns`: the compact text when the row's bundle digest is the one it
+/// left out, else the full text; it takes that digest and the two texts.
+pub(crate) fn provenance_sql(format: RowFormat) -> &'static str {
+    if format >= RowFormat::CompactRuns {
+        "CASE WHEN bundle_digest = ? THEN ? ELSE ? END"
+    } else {
+        "?"
+    }
+}
+
+/// A run's provenance (evidence reference → `{tool_call_id, tool, attempt,
+/// bundle_digest}`) as `CompactRuns` stores it, with the digest it leaves out:
+/// an array of `[reference, call, tool, attempt]`, `call` being the tool call id
+/// without the run id that starts it, and a fifth element for a digest other than
+/// the first entry's. `None` when an entry is not of that shape or its id starts
+/// with `:` (a reader would take it for a shortened one): stored in full then.
+pub(crate) fn compact_provenance(provenance: &Value, run_id: &str) -> Option<(String, String)> {
+    let entries = provenance.as_object()?;
+    let mut digest = None;
+    let mut compact = Vec::with_capacity(entries.len());
+    for (reference, entry) in entries {
+        let fields = entry.as_object()?;
+        // The order a reader rebuilds, so that the text it serves is the same.
+        if !fields
+            .keys()
+            .eq(["tool_call_id", "tool", "attempt", "bundle_digest"])
+        {
+            return None;
+        }
+        let id = fields.get("tool_call_id")?.as_str()?;
+        let tool = fields.get("tool")?.as_str()?;
+        let attempt = fields.get("attempt")?.as_u64()?;
+        let entry_digest = fields.get("bundle_digest")?.as_str()?;
+        let call = match id.strip_prefix(run_id) {
+            Some(rest) if rest.starts_with(':') => rest,
+            _ if id.starts_with(':') => return None,
+            _ => id,
+        };
+        let digest = *digest.get_or_insert(entry_digest);
+        let mut row = vec![
+            Value::from(reference.as_str()),
+            Value::from(call),
+            Value::from(tool),
+            Value::from(attempt),
+        ];
+        if entry_digest != digest {
+            row.push(Value::from(entry_digest));
+        }
+        compact.push(Value::Array(row));
+    }
+    Some((digest?.to_string(), Value::Array(compact).to_string()))
+}
+
+/// A stored provenance, either format, as the full object.
+pub(crate) fn read_provenance(
+    text: Option<String>,
+    run_id: &str,
+    bundle_digest: &str,
+) -> Result<Option<Value>, DbError> {
+    let Some(text) = text else { return Ok(None) };
+    let corrupt = |message: String| DbError::Corrupt {
+        table: "runs",
+        message: format!("provenance of run `{run_id}`: {message}"),
+    };
+    let value: Value = serde_json::from_str(&text).map_err(|e| corrupt(e.to_string()))?;
+    let Value::Array(rows) = value else {
+        return Ok(Some(value));
+    };
+    let mut full = Map::with_capacity(rows.len());
+    for row in rows {
+        let (reference, call, tool, attempt, digest) = match row.as_array().map(Vec::as_slice) {
+            Some([Value::String(r), Value::String(c), t, a]) => (r, c, t, a, bundle_digest),
+            Some([Value::String(r), Value::String(c), t, a, Value::String(d)]) => {
+                (r, c, t, a, d.as_str())
+            }
+            _ => {
+                return Err(corrupt(format!(
+                    "an entry is not `[reference, call, tool, attempt]`: {row}"
+                )));
+            }
+        };
+        let id = if call.starts_with(':') {
+            format!("{run_id}{call}")
+        } else {
+            call.clone()
+        };
+        let mut entry = Map::with_capacity(4);
+        entry.insert("tool_call_id".into(), Value::String(id));
+        entry.insert("tool".into(), tool.clone());
+        entry.insert("attempt".into(), attempt.clone());
+        entry.insert("bundle_digest".into(), Value::from(digest));
+        full.insert(reference.clone(), Value::Object(entry));
+    }
+    Ok(Some(Value::Object(full)))
 }
 
 #[cfg(test)]
@@ -147,6 +333,95 @@ mod tests {
             stored_from(RowFormat::Compact, Some(&a), &cp(2, "other", "s2")),
             "other"
         );
+    }
+
+    fn entry(id: &str, digest: &str) -> Value {
+        json!({"tool_call_id": id, "tool": "t", "attempt": 2, "bundle_digest": digest})
+    }
+
+    #[test]
+    fn compact_provenance_reads_back_as_the_full_text() {
+        let full = json!({
+            "b://2": entry("run-1:7", "d"),
+            "a://1": entry("run-1:2", "d"),
+            "c://3": entry("run-1:9:confirm", "other"),
+            "d://4": entry("elsewhere:1", "d"),
+        });
+        let (digest, text) = compact_provenance(&full, "run-1").unwrap();
+        assert_eq!(digest, "d");
+        assert!(!text.contains("run-1") && !text.contains("\"d\""), "{text}");
+        let read = read_provenance(Some(text), "run-1", "d").unwrap().unwrap();
+        // The same text, key order included: clients see what a full row gives.
+        assert_eq!(read.to_string(), full.to_string());
+        let kept = read_provenance(Some(full.to_string()), "run-1", "x").unwrap();
+        assert_eq!(kept.unwrap().to_string(), full.to_string());
+    }
+
+    #[test]
+    fn provenance_a_reader_could_misread_is_not_compacted() {
+        // An id starting with `:` would read back with the run id before it.
+        assert_eq!(
+            compact_provenance(&json!({"a": entry(":1", "d")}), "r"),
+            None
+        );
+        // Another shape, or another field order, is stored as it is.
+        let mut extra = entry("r:1", "d");
+        extra["note"] = json!("x");
+        assert_eq!(compact_provenance(&json!({"a": extra}), "r"), None);
+        let reordered =
+            json!({"a": {"tool": "t", "tool_call_id": "r:1", "attempt": 1, "bundle_digest": "d"}});
+        assert_eq!(compact_provenance(&reordered, "r"), None);
+        assert_eq!(compact_provenance(&json!({}), "r"), None);
+        assert!(matches!(
+            read_provenance(Some("[[\"a\", 1]]".into()), "r", "d"),
+            Err(DbError::Corrupt { .. })
+        ));
+    }
+
+    #[test]
+    fn a_compact_spec_leaves_out_only_what_its_columns_hold() {
+        let spec: RunSpec = serde_json::from_value(json!({
+            "run_id": "r", "tenant_id": "t", "task_id": "k", "subject": "user:a",
+            "resource_id": "R-1", "scopes": ["s"], "catalog": ["x"], "stage": "st",
+            "goal": "g", "correlation_id": "c"
+        }))
+        .unwrap();
+        let columns = RunColumns {
+            run_id: "r",
+            tenant_id: "t",
+            resource_id: "R-1",
+            actor: "user:b",
+            request_id: None,
+            goal: "g",
+        };
+        let text = stored_spec(RowFormat::CompactRuns, &spec, &columns);
+        let stored: Value = serde_json::from_str(&text).unwrap();
+        let kept: Vec<&str> = stored
+            .as_object()
+            .unwrap()
+            .keys()
+            .map(String::as_str)
+            .collect();
+        // The subject is not the actor, and no request id holds the correlation id.
+        assert_eq!(
+            kept,
+            [
+                "task_id",
+                "subject",
+                "scopes",
+                "catalog",
+                "stage",
+                "correlation_id"
+            ]
+        );
+        assert_eq!(read_spec(&text, &columns).unwrap(), spec);
+        let full = stored_spec(RowFormat::Compact, &spec, &columns);
+        assert_eq!(full, serde_json::to_string(&spec).unwrap());
+        assert_eq!(read_spec(&full, &columns).unwrap(), spec);
+        assert!(matches!(
+            read_spec("{\"task_id\": 1}", &columns),
+            Err(DbError::Corrupt { .. })
+        ));
     }
 
     #[test]

@@ -2,7 +2,7 @@
 //! transaction per commit point (checkpoints, ledger rows, run record, and at the
 //! terminal state the audit and outbox events too).
 
-use super::row_format::{self, RowFormat};
+use super::row_format::{self, RowFormat, RunColumns};
 use super::sql::{Row, Statement, Tx};
 use super::{Db, DbError, Dialect, audit, now_ms};
 use crate::params;
@@ -362,7 +362,7 @@ const PG_GATE: &str = "EXISTS (SELECT 1 FROM fence)";
 /// `SELECT <the columns [`record`] reads> FROM runs <tail>`, as a literal.
 macro_rules! select_runs {
     ($tail:literal) => {
-        concat!("SELECT run_id, tenant_id, resource_id, actor, idempotency_key, request_hash, goal, planner_kind, model, status, state, step_count, spec, final_result, provenance, stop_reason, bundle_digest, created_at, updated_at FROM runs ", $tail)
+        concat!("SELECT run_id, tenant_id, resource_id, actor, idempotency_key, request_hash, request_id, goal, planner_kind, model, status, state, step_count, spec, final_result, provenance, stop_reason, bundle_digest, created_at, updated_at FROM runs ", $tail)
     };
 }
 
@@ -418,30 +418,44 @@ fn status_of(s: &str) -> Result<CallStatus, DbError> {
 }
 
 fn record(row: &Row) -> Result<RunRecord, DbError> {
-    let spec: String = row.get("spec")?;
+    let run_id: String = row.get("run_id")?;
+    let tenant_id: String = row.get("tenant_id")?;
+    let resource_id: String = row.get("resource_id")?;
+    let actor: String = row.get("actor")?;
+    let request_id: Option<String> = row.get("request_id")?;
+    let goal: String = row.get("goal")?;
+    let bundle_digest: String = row.get("bundle_digest")?;
+    let spec = row_format::read_spec(
+        &row.get::<String>("spec")?,
+        &RunColumns {
+            run_id: &run_id,
+            tenant_id: &tenant_id,
+            resource_id: &resource_id,
+            actor: &actor,
+            request_id: request_id.as_deref(),
+            goal: &goal,
+        },
+    )?;
     Ok(RunRecord {
-        run_id: row.get("run_id")?,
-        tenant_id: row.get("tenant_id")?,
-        resource_id: row.get("resource_id")?,
-        actor: row.get("actor")?,
+        provenance: row_format::read_provenance(row.get("provenance")?, &run_id, &bundle_digest)?,
+        run_id,
+        tenant_id,
+        resource_id,
+        actor,
         idempotency_key: row.get("idempotency_key")?,
         request_hash: row.get("request_hash")?,
-        goal: row.get("goal")?,
+        goal,
         planner_kind: row.get("planner_kind")?,
         model: row.get("model")?,
         status: row.get("status")?,
         state: row.get("state")?,
         step_count: row.get("step_count")?,
         final_result: parse_json(row.get("final_result")?, "runs")?,
-        provenance: parse_json(row.get("provenance")?, "runs")?,
         stop_reason: row.get("stop_reason")?,
-        bundle_digest: row.get("bundle_digest")?,
+        bundle_digest,
         created_at: row.get("created_at")?,
         updated_at: row.get("updated_at")?,
-        spec: Some(serde_json::from_str(&spec).map_err(|e| DbError::Corrupt {
-            table: "runs",
-            message: e.to_string(),
-        })?),
+        spec: Some(spec),
     })
 }
 
@@ -742,7 +756,18 @@ impl SqlRunStore {
         resource: Option<ResourceCondition>,
     ) -> Result<Allocation, DbError> {
         let now = now_ms();
-        let spec = serde_json::to_string(&new.spec).expect("specs serialize");
+        let spec = row_format::stored_spec(
+            self.rows,
+            &new.spec,
+            &RunColumns {
+                run_id: &new.spec.run_id,
+                tenant_id: &new.spec.tenant_id,
+                resource_id: &new.spec.resource_id,
+                actor: &new.actor,
+                request_id: new.request_id.as_deref(),
+                goal: &new.spec.goal,
+            },
+        );
         let (source, condition) = match resource {
             // `INSERT … SELECT … WHERE`: SQLite needs the `WHERE` before an
             // `ON CONFLICT` anyway, to tell the two apart.
@@ -1045,8 +1070,18 @@ impl SqlRunStore {
             Some(_) => "NULL",
             None => "COALESCE(?, snapshot)",
         };
+        let provenance = batch.outcome.as_ref().and_then(|o| o.provenance.as_ref());
+        // Compact provenance leaves out the digest its entries share: stored only
+        // where the row's own digest is that one (see `provenance_sql`).
+        let compact = provenance
+            .filter(|_| self.rows >= RowFormat::CompactRuns)
+            .and_then(|p| row_format::compact_provenance(p, &batch.run_id));
+        let provenance_sql = match compact {
+            Some(_) => row_format::provenance_sql(self.rows),
+            None => "?",
+        };
         let sql = format!(
-            "UPDATE runs SET state = ?, {status_set}step_count = ?, final_result = ?, provenance = ?, stop_reason = ?, updated_at = ?, {lease_set}snapshot = {snapshot_set} \
+            "UPDATE runs SET state = ?, {status_set}step_count = ?, final_result = ?, provenance = {provenance_sql}, stop_reason = ?, updated_at = ?, {lease_set}snapshot = {snapshot_set} \
              WHERE run_id = ? AND lease_owner = ? AND status = 'running'"
         );
         let written = Settled {
@@ -1058,11 +1093,7 @@ impl SqlRunStore {
                 .as_ref()
                 .and_then(|o| o.final_answer.as_ref())
                 .map(Value::to_string),
-            provenance: batch
-                .outcome
-                .as_ref()
-                .and_then(|o| o.provenance.as_ref())
-                .map(Value::to_string),
+            provenance: provenance.map(Value::to_string),
             stop_reason: batch.outcome.as_ref().and_then(|o| o.stop_reason.clone()),
             updated_at: now,
         };
@@ -1070,9 +1101,11 @@ impl SqlRunStore {
         if !holds {
             values.extend(params![&written.status]);
         }
+        values.extend(params![written.step_count, written.final_result.clone()]);
+        if let Some((digest, text)) = compact {
+            values.extend(params![digest, text]);
+        }
         values.extend(params![
-            written.step_count,
-            written.final_result.clone(),
             written.provenance.clone(),
             written.stop_reason.clone(),
             now
@@ -1141,7 +1174,7 @@ impl SqlRunStore {
                 row.error_code.clone(),
                 &row.bundle_digest
             ]);
-            if self.rows == RowFormat::Compact {
+            if self.rows >= RowFormat::Compact {
                 values.extend(params![&row.run_id, &row.bundle_digest]);
             }
             values.extend(params![

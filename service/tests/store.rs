@@ -640,6 +640,33 @@ async fn compact_rows_read_back_as_full_rows_and_leave_out_what_readers_derive()
                 "{backend}: {format}"
             );
         }
+        // Two replicas of different formats drive one run (a rolling deploy,
+        // before every replica has restarted after `--compact-rows`): one stops
+        // mid-run and the other takes the run over.
+        for (first, then, run_id) in [
+            (&full, &runs, "r-to-compact-runs"),
+            (&runs, &full, "r-to-full"),
+        ] {
+            let first = first.clone().with_lease_ms(0);
+            first.allocate(&new_run(run_id)).await.unwrap();
+            let dying = DiesAt(&first, 3, Default::default());
+            assert!(
+                engine
+                    .start(spec(run_id), &ConformancePlanner, &direct, &dying)
+                    .await
+                    .is_err()
+            );
+            assert!(then.claim(run_id).await.unwrap(), "{backend}: {run_id}");
+            let out = engine
+                .resume(run_id, &ConformancePlanner, &direct, then)
+                .await
+                .unwrap();
+            assert_eq!(
+                (out.status.as_str(), out.recovery_count),
+                ("completed", 1),
+                "{backend}: {run_id}"
+            );
+        }
         // A run created under another bundle keeps its ledger rows' digest, and
         // its provenance (whose calls ran under this bundle) stays in full.
         let mut earlier = new_run("r-deployed");
@@ -660,6 +687,8 @@ async fn compact_rows_read_back_as_full_rows_and_leave_out_what_readers_derive()
             ("r-compact-runs", &reference),
             ("r-resumed-compact", &resumed),
             ("r-resumed-compact-runs", &resumed),
+            ("r-to-compact-runs", &resumed),
+            ("r-to-full", &resumed),
         ] {
             for reader in [&full, &compact, &runs] {
                 assert_eq!(

@@ -265,3 +265,72 @@ fn an_unknown_mcp_era_names_the_flag_and_the_eras_there_are() {
         "nothing created"
     );
 }
+
+/// `migrate` names the row format; `--compact-rows` moves a database that holds
+/// runs to the newest one; a format this version does not know (a newer
+/// version's) stops `migrate` and `serve` instead of being misread.
+#[test]
+fn migrate_reports_and_advances_the_row_format_and_serve_refuses_an_unknown_one() {
+    let dir = std::env::temp_dir().join(db_support::unique("cli-row-format"));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("rows.db");
+    let url = format!("sqlite://{}", file.display());
+    let migrate = |extra: &[&str]| {
+        let mut args = vec!["migrate", "--database", &url];
+        args.extend_from_slice(extra);
+        let out = caseops(&dir, &args);
+        let text = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        (out.status.code(), text)
+    };
+    let set_format = |value: &str| {
+        let conn = rusqlite::Connection::open(&file).unwrap();
+        conn.execute(
+            "UPDATE host_settings SET value = ?1 WHERE name = 'row_format'",
+            [value],
+        )
+        .unwrap();
+    };
+
+    let (code, text) = migrate(&[]);
+    assert_eq!(code, Some(0), "{text}");
+    assert!(text.contains("`compact-runs`"), "a new database: {text}");
+
+    // A database that held runs before 1011 kept its full rows.
+    set_format("full");
+    let (code, text) = migrate(&[]);
+    assert_eq!(code, Some(0), "{text}");
+    assert!(
+        text.contains("`full`") && text.contains("--compact-rows"),
+        "{text}"
+    );
+    let (code, text) = migrate(&["--compact-rows"]);
+    assert_eq!(code, Some(0), "{text}");
+    assert!(text.contains("`compact-runs`"), "{text}");
+    let (_, text) = migrate(&[]);
+    assert!(text.contains("`compact-runs`"), "it stays: {text}");
+
+    set_format("compact-next");
+    let (code, text) = migrate(&[]);
+    assert_eq!(code, Some(1), "{text}");
+    assert!(text.contains("unknown row format `compact-next`"), "{text}");
+    let out = caseops(
+        &dir,
+        &[
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--mcp-listen",
+            "127.0.0.1:0",
+            "--database",
+            &url,
+        ],
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("unknown row format `compact-next`"), "{err}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}

@@ -777,6 +777,7 @@ async fn compact_rows_read_back_as_full_rows_and_leave_out_what_readers_derive()
         }
         let (spec, provenance) = stored("r-compact-runs").await;
         for field in [
+            "catalog",
             "run_id",
             "tenant_id",
             "resource_id",
@@ -796,6 +797,12 @@ async fn compact_rows_read_back_as_full_rows_and_leave_out_what_readers_derive()
                 && !provenance.contains(Bundle::BUNDLE_DIGEST),
             "{backend}: {provenance}"
         );
+        // One catalog row, however many runs name it; none for the other formats.
+        let catalogs = "SELECT count(*) AS n FROM run_catalogs";
+        assert_eq!(count(&db, catalogs).await, 1, "{backend}");
+        let naming = "SELECT count(*) AS n FROM runs WHERE catalog_digest IS NOT NULL";
+        // r-compact-runs, r-resumed-compact-runs, r-to-full, r-deployed.
+        assert_eq!(count(&db, naming).await, 4, "{backend}");
         let (_, provenance) = stored("r-deployed").await;
         assert!(provenance.starts_with('{'), "{backend}: {provenance}");
         let full_size = stored("r-full").await;

@@ -253,6 +253,7 @@ const HOST_TABLES: &[&str] = &[
     "health_probe",
     "console_sessions",
     "host_settings",
+    "run_catalogs",
 ];
 
 /// The host's migrations and the application's, in version order.

@@ -10,7 +10,8 @@
 //!
 //! `CompactRuns` (migration 1012) also leaves out of a run's row what its other
 //! columns hold: the spec's identity fields, and in the provenance each entry's
-//! run id prefix and bundle digest. That brings the row of a typical finished
+//! run id prefix and bundle digest. The spec's catalog is stored once per distinct
+//! list of names, in `run_catalogs`. That brings the row of a typical finished
 //! run under half a SQLite page, so two share one.
 
 use super::{Db, DbError};
@@ -173,11 +174,16 @@ impl RunColumns<'_> {
     }
 }
 
-/// A run's spec as stored: `CompactRuns` leaves out each field whose value its
-/// column holds.
-pub(crate) fn stored_spec(format: RowFormat, spec: &RunSpec, columns: &RunColumns) -> String {
+/// A run's spec as stored, and the catalog it names by digest (`CompactRuns`:
+/// the spec leaves out each field whose value its column holds, and its catalog,
+/// which `run_catalogs` holds once per distinct list).
+pub(crate) fn stored_spec<'a>(
+    format: RowFormat,
+    spec: &'a RunSpec,
+    columns: &RunColumns,
+) -> (String, Option<StoredCatalog<'a>>) {
     if format < RowFormat::CompactRuns {
-        return serde_json::to_string(spec).expect("specs serialize");
+        return (serde_json::to_string(spec).expect("specs serialize"), None);
     }
     let mut value = serde_json::to_value(spec).expect("specs serialize");
     if let Some(fields) = value.as_object_mut() {
@@ -186,25 +192,47 @@ pub(crate) fn stored_spec(format: RowFormat, spec: &RunSpec, columns: &RunColumn
                 fields.shift_remove(field);
             }
         }
+        fields.shift_remove("catalog");
     }
-    value.to_string()
+    let catalog = StoredCatalog {
+        digest: spec.catalog.digest(),
+        names: serde_json::to_string(&spec.catalog).expect("catalogs serialize"),
+    };
+    (value.to_string(), Some(catalog))
 }
 
-/// A stored spec, either format: a field it leaves out is its column's value.
-pub(crate) fn read_spec(text: &str, columns: &RunColumns) -> Result<RunSpec, DbError> {
-    let corrupt = |e: serde_json::Error| DbError::Corrupt {
+/// A catalog as `run_catalogs` stores it.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct StoredCatalog<'a> {
+    pub digest: &'a str,
+    pub names: String,
+}
+
+/// A stored spec, either format: a field it leaves out is its column's value,
+/// and its catalog the names `run_catalogs` holds for the row's digest.
+pub(crate) fn read_spec(
+    text: &str,
+    columns: &RunColumns,
+    catalog: Option<&str>,
+) -> Result<RunSpec, DbError> {
+    let corrupt = |e: String| DbError::Corrupt {
         table: "runs",
         message: format!("spec of run `{}`: {e}", columns.run_id),
     };
-    let mut value: Value = serde_json::from_str(text).map_err(corrupt)?;
+    let mut value: Value = serde_json::from_str(text).map_err(|e| corrupt(e.to_string()))?;
     if let Some(fields) = value.as_object_mut() {
         for (field, column) in columns.repeated() {
             if let (false, Some(column)) = (fields.contains_key(field), column) {
                 fields.insert(field.to_string(), Value::String(column.to_string()));
             }
         }
+        if let (false, Some(names)) = (fields.contains_key("catalog"), catalog) {
+            let names: Value = serde_json::from_str(names)
+                .map_err(|e| corrupt(format!("its catalog in `run_catalogs`: {e}")))?;
+            fields.insert("catalog".into(), names);
+        }
     }
-    serde_json::from_value(value).map_err(corrupt)
+    serde_json::from_value(value).map_err(|e| corrupt(e.to_string()))
 }
 
 /// SQL for the `provenance` column of a run's row. Full: `?`, the text.
@@ -394,7 +422,12 @@ mod tests {
             request_id: None,
             goal: "g",
         };
-        let text = stored_spec(RowFormat::CompactRuns, &spec, &columns);
+        let (text, catalog) = stored_spec(RowFormat::CompactRuns, &spec, &columns);
+        let catalog = catalog.unwrap();
+        assert_eq!(
+            (catalog.digest, catalog.names.as_str()),
+            (spec.catalog.digest(), "[\"x\"]")
+        );
         let stored: Value = serde_json::from_str(&text).unwrap();
         let kept: Vec<&str> = stored
             .as_object()
@@ -405,21 +438,25 @@ mod tests {
         // The subject is not the actor, and no request id holds the correlation id.
         assert_eq!(
             kept,
-            [
-                "task_id",
-                "subject",
-                "scopes",
-                "catalog",
-                "stage",
-                "correlation_id"
-            ]
+            ["task_id", "subject", "scopes", "stage", "correlation_id"]
         );
-        assert_eq!(read_spec(&text, &columns).unwrap(), spec);
-        let full = stored_spec(RowFormat::Compact, &spec, &columns);
-        assert_eq!(full, serde_json::to_string(&spec).unwrap());
-        assert_eq!(read_spec(&full, &columns).unwrap(), spec);
+        assert_eq!(
+            read_spec(&text, &columns, Some(&catalog.names)).unwrap(),
+            spec
+        );
+        // Without its catalog row the spec is incomplete: a located error.
         assert!(matches!(
-            read_spec("{\"task_id\": 1}", &columns),
+            read_spec(&text, &columns, None),
+            Err(DbError::Corrupt { .. })
+        ));
+        let (full, none) = stored_spec(RowFormat::Compact, &spec, &columns);
+        assert_eq!(full, serde_json::to_string(&spec).unwrap());
+        assert_eq!(none, None);
+        assert_eq!(read_spec(&full, &columns, None).unwrap(), spec);
+        // A full spec keeps its own catalog whatever the row names.
+        assert_eq!(read_spec(&full, &columns, Some("[\"y\"]")).unwrap(), spec);
+        assert!(matches!(
+            read_spec("{\"task_id\": 1}", &columns, None),
             Err(DbError::Corrupt { .. })
         ));
     }

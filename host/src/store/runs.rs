@@ -355,6 +355,14 @@ impl RunFacts {
 /// costing one small UPDATE per running run every 1.7 s.
 pub const DEFAULT_LEASE_MS: i64 = 5_000;
 
+/// A `compact-runs` run's catalog, stored once per distinct list of names: the
+/// first run that names it inserts it, in the statement or transaction that
+/// creates the run.
+const CATALOG_SQLITE: &str =
+    "INSERT INTO run_catalogs (digest, names) VALUES (?, ?) ON CONFLICT (digest) DO NOTHING";
+const CATALOG_POSTGRES: &str = "INSERT INTO run_catalogs (digest, names) SELECT ?, ? \
+     WHERE EXISTS (SELECT 1 FROM run) ON CONFLICT (digest) DO NOTHING";
+
 /// PostgreSQL: a fenced batch's writes happen only if its fence matched (see
 /// [`Statement::gated`]).
 const PG_GATE: &str = "EXISTS (SELECT 1 FROM fence)";
@@ -362,7 +370,9 @@ const PG_GATE: &str = "EXISTS (SELECT 1 FROM fence)";
 /// `SELECT <the columns [`record`] reads> FROM runs <tail>`, as a literal.
 macro_rules! select_runs {
     ($tail:literal) => {
-        concat!("SELECT run_id, tenant_id, resource_id, actor, idempotency_key, request_hash, request_id, goal, planner_kind, model, status, state, step_count, spec, final_result, provenance, stop_reason, bundle_digest, created_at, updated_at FROM runs ", $tail)
+        concat!("SELECT run_id, tenant_id, resource_id, actor, idempotency_key, request_hash, request_id, goal, planner_kind, model, status, state, step_count, spec, \
+                 (SELECT c.names FROM run_catalogs c WHERE c.digest = runs.catalog_digest) AS catalog_names, \
+                 final_result, provenance, stop_reason, bundle_digest, created_at, updated_at FROM runs ", $tail)
     };
 }
 
@@ -435,6 +445,7 @@ fn record(row: &Row) -> Result<RunRecord, DbError> {
             request_id: request_id.as_deref(),
             goal: &goal,
         },
+        row.get::<Option<String>>("catalog_names")?.as_deref(),
     )?;
     Ok(RunRecord {
         provenance: row_format::read_provenance(row.get("provenance")?, &run_id, &bundle_digest)?,
@@ -756,7 +767,7 @@ impl SqlRunStore {
         resource: Option<ResourceCondition>,
     ) -> Result<Allocation, DbError> {
         let now = now_ms();
-        let spec = row_format::stored_spec(
+        let (spec, catalog) = row_format::stored_spec(
             self.rows,
             &new.spec,
             &RunColumns {
@@ -772,17 +783,17 @@ impl SqlRunStore {
             // `INSERT … SELECT … WHERE`: SQLite needs the `WHERE` before an
             // `ON CONFLICT` anyway, to tell the two apart.
             Some(c) => (
-                "SELECT ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 'running', 'created', 0, ?, ?, ?, ?, ?, ? WHERE ",
+                "SELECT ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 'running', 'created', 0, ?, ?, ?, ?, ?, ?, ? WHERE ",
                 c.0,
             ),
             None => (
-                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 'running', 'created', 0, ?, ?, ?, ?, ?, ?)",
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 'running', 'created', 0, ?, ?, ?, ?, ?, ?, ?)",
                 "",
             ),
         };
         let mut insert = Statement::new(
             format!(
-                "INSERT INTO runs (run_id, tenant_id, resource_id, actor, idempotency_key, request_hash, request_id, goal, planner_kind, model, status, state, step_count, spec, bundle_digest, created_at, updated_at, lease_owner, lease_expires_at) \
+                "INSERT INTO runs (run_id, tenant_id, resource_id, actor, idempotency_key, request_hash, request_id, goal, planner_kind, model, status, state, step_count, spec, catalog_digest, bundle_digest, created_at, updated_at, lease_owner, lease_expires_at) \
              {source}{condition} ON CONFLICT (tenant_id, idempotency_key) DO NOTHING"
             ),
             params![
@@ -797,6 +808,7 @@ impl SqlRunStore {
                 &new.planner_kind,
                 &new.model,
                 spec,
+                catalog.as_ref().map(|c| c.digest),
                 &new.bundle_digest,
                 now,
                 now,
@@ -829,6 +841,15 @@ impl SqlRunStore {
                     "run".to_string(),
                     Statement::new(format!("{} RETURNING run_id", insert.sql), insert.params),
                 )];
+                if let Some(c) = &catalog {
+                    parts.push((
+                        "catalog".to_string(),
+                        Statement::new(
+                            CATALOG_POSTGRES.to_string(),
+                            params![c.digest, c.names.as_str()],
+                        ),
+                    ));
+                }
                 parts.extend(audit::appended(&event, "EXISTS (SELECT 1 FROM run)"));
                 let created =
                     Statement::with(parts, Statement::new("SELECT run_id FROM run", Vec::new()));
@@ -840,6 +861,10 @@ impl SqlRunStore {
             Dialect::Sqlite => {
                 let mut tx = self.db.begin_lazy_write().await?;
                 let inserted = tx.execute(&insert.sql, &insert.params).await? as usize;
+                if let (1, Some(c)) = (inserted, &catalog) {
+                    tx.execute(CATALOG_SQLITE, &params![c.digest, c.names.as_str()])
+                        .await?;
+                }
                 if inserted == 1 {
                     let mut head = audit::ChainHead::default();
                     let events = audit::started_events(

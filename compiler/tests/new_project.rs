@@ -160,7 +160,7 @@ fn a_new_project_passes_its_own_smoke_test() {
         repo_root().join("workspace-deps").canonicalize().unwrap()
     ));
     std::fs::write(&manifest, host).unwrap();
-    let out = Command::new(env!("CARGO"))
+    let out = without_test_env(&mut Command::new(env!("CARGO")))
         .args(["test", "--quiet"])
         .current_dir(&project)
         .env("CARGO_TARGET_DIR", repo_root().join("target/scratch"))
@@ -173,4 +173,29 @@ fn a_new_project_passes_its_own_smoke_test() {
         "{}",
         text(&out)
     );
+}
+
+/// Leaves out of an inner `cargo` the variables cargo set for this test process:
+/// build scripts that watch one of them (ring's watches `CARGO_MANIFEST_DIR` and
+/// `CARGO_PKG_NAME`) would otherwise rerun in the shared build folder and rebuild
+/// what the suite's own build compiled.
+fn without_test_env(command: &mut Command) -> &mut Command {
+    for (name, _) in std::env::vars_os() {
+        let name = name.to_string_lossy();
+        if name.starts_with("CARGO_PKG_")
+            || name.starts_with("CARGO_BIN_")
+            || [
+                "CARGO_MANIFEST_DIR",
+                "CARGO_MANIFEST_PATH",
+                "CARGO_CRATE_NAME",
+                "CARGO_PRIMARY_PACKAGE",
+                "CARGO_TARGET_TMPDIR",
+                "OUT_DIR",
+            ]
+            .contains(&name.as_ref())
+        {
+            command.env_remove(name.as_ref());
+        }
+    }
+    command
 }

@@ -103,13 +103,17 @@ fn steps() -> Vec<(String, String)> {
 }
 
 fn cargo(root: &Path, args: &[&str]) -> String {
-    let out = Command::new(env!("CARGO"))
+    let out = without_test_env(&mut Command::new(env!("CARGO")))
         .args(args)
         .current_dir(root)
         .env("CARGO_TARGET_DIR", repo().join("target/scratch"))
         // Intermediate artifacts in this workspace's own build folder: the copy's
         // dependencies are the ones this suite already compiled.
         .env("CARGO_BUILD_BUILD_DIR", repo().join("target"))
+        // The copy's own crates have this workspace's relative paths, hence the
+        // same artifact names: a profile setting of their own (the dependencies
+        // state theirs in Cargo.toml) keeps them from overwriting this suite's.
+        .env("CARGO_PROFILE_DEV_CODEGEN_UNITS", "255")
         .output()
         .unwrap();
     let text = String::from_utf8_lossy(&out.stdout).to_string();
@@ -119,6 +123,31 @@ fn cargo(root: &Path, args: &[&str]) -> String {
         String::from_utf8_lossy(&out.stderr)
     );
     text
+}
+
+/// Leaves out of an inner `cargo` the variables cargo set for this test process:
+/// build scripts that watch one of them (ring's watches `CARGO_MANIFEST_DIR` and
+/// `CARGO_PKG_NAME`) would otherwise rerun in the shared build folder and rebuild
+/// what the suite's own build compiled.
+fn without_test_env(command: &mut Command) -> &mut Command {
+    for (name, _) in std::env::vars_os() {
+        let name = name.to_string_lossy();
+        if name.starts_with("CARGO_PKG_")
+            || name.starts_with("CARGO_BIN_")
+            || [
+                "CARGO_MANIFEST_DIR",
+                "CARGO_MANIFEST_PATH",
+                "CARGO_CRATE_NAME",
+                "CARGO_PRIMARY_PACKAGE",
+                "CARGO_TARGET_TMPDIR",
+                "OUT_DIR",
+            ]
+            .contains(&name.as_ref())
+        {
+            command.env_remove(name.as_ref());
+        }
+    }
+    command
 }
 
 /// The served copy, killed when the test ends however it ends.

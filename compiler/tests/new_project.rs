@@ -1,8 +1,11 @@
 //! `caseops-compile new`: the project it writes passes the compiler's own checks as
 //! it comes, and (ignored by default: it builds the project's crates) its smoke test.
 
+#[path = "../../tests/support/inner_cargo.rs"]
+mod inner_cargo;
 mod temp_support;
 
+use inner_cargo::without_test_env;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
@@ -173,29 +176,4 @@ fn a_new_project_passes_its_own_smoke_test() {
         "{}",
         text(&out)
     );
-}
-
-/// Leaves out of an inner `cargo` the variables cargo set for this test process:
-/// build scripts that watch one of them (ring's watches `CARGO_MANIFEST_DIR` and
-/// `CARGO_PKG_NAME`) would otherwise rerun in the shared build folder and rebuild
-/// what the suite's own build compiled.
-fn without_test_env(command: &mut Command) -> &mut Command {
-    for (name, _) in std::env::vars_os() {
-        let name = name.to_string_lossy();
-        if name.starts_with("CARGO_PKG_")
-            || name.starts_with("CARGO_BIN_")
-            || [
-                "CARGO_MANIFEST_DIR",
-                "CARGO_MANIFEST_PATH",
-                "CARGO_CRATE_NAME",
-                "CARGO_PRIMARY_PACKAGE",
-                "CARGO_TARGET_TMPDIR",
-                "OUT_DIR",
-            ]
-            .contains(&name.as_ref())
-        {
-            command.env_remove(name.as_ref());
-        }
-    }
-    command
 }

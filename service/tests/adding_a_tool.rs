@@ -7,6 +7,9 @@
 //! run; `.ci/run` runs it on its own after the suite:
 //! `cargo test --workspace --all-features -- --ignored`.
 
+#[path = "../../tests/support/inner_cargo.rs"]
+mod inner_cargo;
+
 use std::collections::VecDeque;
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
@@ -15,6 +18,7 @@ use std::sync::{Arc, Mutex};
 
 use axum::extract::State;
 use axum::routing::post;
+use inner_cargo::without_test_env;
 use serde_json::{Value, json};
 
 fn repo() -> PathBuf {
@@ -123,31 +127,6 @@ fn cargo(root: &Path, args: &[&str]) -> String {
         String::from_utf8_lossy(&out.stderr)
     );
     text
-}
-
-/// Leaves out of an inner `cargo` the variables cargo set for this test process:
-/// build scripts that watch one of them (ring's watches `CARGO_MANIFEST_DIR` and
-/// `CARGO_PKG_NAME`) would otherwise rerun in the shared build folder and rebuild
-/// what the suite's own build compiled.
-fn without_test_env(command: &mut Command) -> &mut Command {
-    for (name, _) in std::env::vars_os() {
-        let name = name.to_string_lossy();
-        if name.starts_with("CARGO_PKG_")
-            || name.starts_with("CARGO_BIN_")
-            || [
-                "CARGO_MANIFEST_DIR",
-                "CARGO_MANIFEST_PATH",
-                "CARGO_CRATE_NAME",
-                "CARGO_PRIMARY_PACKAGE",
-                "CARGO_TARGET_TMPDIR",
-                "OUT_DIR",
-            ]
-            .contains(&name.as_ref())
-        {
-            command.env_remove(name.as_ref());
-        }
-    }
-    command
 }
 
 /// The served copy, killed when the test ends however it ends.

@@ -620,9 +620,9 @@ pub async fn migrate_with(cli: &HostCli, args: &MigrateArgs) -> Result<(), Strin
         "database is up to date; rows are written `{}`: {}",
         format.name(),
         match format {
-            RowFormat::Full | RowFormat::Compact =>
+            f if f < RowFormat::NEWEST =>
                 "less compact than this version can (`migrate --compact-rows` once every replica runs this version)",
-            RowFormat::CompactRuns => "compact",
+            _ => "compact",
         }
     );
     Ok(())

@@ -597,7 +597,7 @@ async fn compact_rows_read_back_as_full_rows_and_leave_out_what_readers_derive()
         let (db, full, direct) = setup(&url).await;
         assert_eq!(
             RowFormat::of(&db).await.unwrap(),
-            RowFormat::CompactRuns,
+            RowFormat::NEWEST,
             "{backend}: a new database starts at the most compact format"
         );
         let compact = SqlRunStore::new(db.clone()).with_row_format(RowFormat::Compact);
@@ -804,6 +804,108 @@ async fn compact_rows_read_back_as_full_rows_and_leave_out_what_readers_derive()
         assert!(
             compact_len * 4 < full_len * 3,
             "{backend}: {compact_len} of {full_len} bytes: {runs_size:?}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn run_events_left_to_their_rows_publish_and_verify_as_if_written_out_and_chain_the_rows() {
+    for (backend, url) in fresh_databases("run_events").await {
+        let (db, full, direct) = setup(&url).await;
+        let events = SqlRunStore::new(db.clone()).with_row_format(RowFormat::CompactEvents);
+        let engine = Engine::<Bundle>::new().unwrap();
+        for (store, run_id) in [(&full, "e-full"), (&events, "e-events")] {
+            let run = NewRun {
+                request_id: Some("q-1".into()),
+                ..new_run(run_id, &format!("{run_id}-key"), "h")
+            };
+            store.allocate(&run).await.unwrap();
+            let out = engine
+                .start(spec(run_id), &ConformancePlanner, &direct, store)
+                .await
+                .unwrap();
+            assert_eq!(out.status, "completed", "{backend}: {out:?}");
+        }
+        let payloads = |run_id: &'static str| {
+            let db = db.clone();
+            async move {
+                db.fetch_all(
+                    "SELECT payload FROM audit_events WHERE run_id = ? ORDER BY seq",
+                    &caseops_host::params![run_id],
+                )
+                .await
+                .unwrap()
+                .iter()
+                .map(|r| r.get::<String>("payload").unwrap())
+                .collect::<Vec<_>>()
+            }
+        };
+        assert_eq!(
+            payloads("e-events").await,
+            // This store's event names are the default ones.
+            ["\"resource_id\"", "\"resource_id\""],
+            "{backend}: both of the run's events keep only the resource key"
+        );
+        let written = payloads("e-full").await;
+        assert!(
+            written.len() == 2 && written.iter().all(|p| p.starts_with('{')),
+            "{backend}: {written:?}"
+        );
+        assert_eq!(
+            audit::verify(&db).await.unwrap().problems,
+            Vec::<String>::new(),
+            "{backend}"
+        );
+        // The relay publishes the same text, key order included, for both.
+        let published = pending_envelopes(&db).await;
+        let data_of = |run_id: &str| {
+            published
+                .iter()
+                .filter(|e| e["subject"] == format!("agent-runs/{run_id}"))
+                .map(|e| e["data"].to_string().replace(run_id, "RUN"))
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(data_of("e-events").len(), 2, "{backend}: {published:?}");
+        assert_eq!(data_of("e-events"), data_of("e-full"), "{backend}");
+
+        // The row a payload is rebuilt from is inside the chain: editing what a
+        // finished run's row says breaks the event built from it.
+        let altered = |v: &audit::Verification| {
+            v.problems
+                .iter()
+                .filter(|p| p.contains("was altered"))
+                .count()
+        };
+        for (edit, undo) in [
+            (
+                "UPDATE runs SET step_count = step_count + 1 WHERE run_id = 'e-events'",
+                "UPDATE runs SET step_count = step_count - 1 WHERE run_id = 'e-events'",
+            ),
+            (
+                "UPDATE runs SET goal = 'another' WHERE run_id = 'e-events'",
+                "UPDATE runs SET goal = 'check' WHERE run_id = 'e-events'",
+            ),
+        ] {
+            db.execute(edit, &[]).await.unwrap();
+            let v = audit::verify(&db).await.unwrap();
+            assert_eq!(altered(&v), 1, "{backend}: {edit}: {:?}", v.problems);
+            db.execute(undo, &[]).await.unwrap();
+        }
+        assert!(audit::verify(&db).await.unwrap().problems.is_empty());
+        // An event whose run is gone is a located problem, not an error.
+        db.execute(
+            "UPDATE audit_events SET run_id = 'e-gone' WHERE run_id = 'e-events' AND kind = 'agent.run'",
+            &[],
+        )
+        .await
+        .unwrap();
+        let v = audit::verify(&db).await.unwrap();
+        assert!(
+            v.problems
+                .iter()
+                .any(|p| p.contains("its run `e-gone`, which holds its payload, is missing")),
+            "{backend}: {:?}",
+            v.problems
         );
     }
 }

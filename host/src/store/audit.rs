@@ -1,7 +1,7 @@
 //! Audit events (append-only, hash-chained per tenant) and outbox events, written in
 //! the same transaction as a run's terminal checkpoint.
 
-use super::sql::{Statement, Tx};
+use super::sql::{Row, Statement, Tx};
 use super::{Db, DbError, now_ms};
 use crate::params;
 use caseops_runtime::Outcome;
@@ -81,26 +81,29 @@ pub(crate) struct Who<'a> {
     pub request_id: Option<&'a str>,
 }
 
-/// Appends the terminal `agent.run` event to the tenant's chain and the outbox
-/// event: reads the chain head inside `tx` and returns the two inserts, for the
-/// caller to run in the same transaction as the terminal checkpoint.
-pub(crate) async fn terminal_events(
-    db: &Db,
-    tx: &mut Tx,
-    head: &mut ChainHead,
-    who: &Who<'_>,
-    names: &EventNames,
-    outcome: &Outcome,
-) -> Result<[Statement; 2], DbError> {
-    chain_events(db, tx, head, &terminal_event(who, names, outcome)).await
-}
-
 /// The terminal `agent.run` event of a run that ended with `outcome`.
 pub(crate) fn terminal_event<'a>(
     who: &Who<'a>,
     names: &EventNames,
     outcome: &'a Outcome,
 ) -> Event<'a> {
+    Event {
+        fact: Fact {
+            tenant: who.tenant,
+            run_id: &outcome.run_id,
+            kind: RUN_EVENT,
+            topic: names.completed_topic.clone(),
+            subject: format!("agent-runs/{}", outcome.run_id),
+        },
+        payload: terminal_payload(who, names.resource_key, outcome),
+        resource_key: Some(names.resource_key),
+        stored: None,
+    }
+}
+
+/// The payload of a run's `agent.run` event (its readers rebuild a compact one
+/// with this function too, so that key order and values are the writer's).
+fn terminal_payload(who: &Who<'_>, resource_key: &str, outcome: &Outcome) -> Value {
     let mut payload = json!({
         "run_id": outcome.run_id,
         "actor": who.actor,
@@ -111,17 +114,111 @@ pub(crate) fn terminal_event<'a>(
         "outcome": outcome.final_answer.as_ref().and_then(|a| a.get("outcome")).cloned(),
         "provenance": outcome.provenance,
     });
-    payload[names.resource_key] = json!(who.resource_id);
-    Event {
-        fact: Fact {
-            tenant: who.tenant,
-            run_id: &outcome.run_id,
-            kind: RUN_EVENT,
-            topic: names.completed_topic.clone(),
-            subject: format!("agent-runs/{}", outcome.run_id),
-        },
-        payload,
+    payload[resource_key] = json!(who.resource_id);
+    payload
+}
+
+/// The columns of a run's row `r` that a run's own event left to it is rebuilt
+/// from (see [`Event::left_to_run`]), for a query that joins `runs r` on
+/// [`LEFT_TO_RUN`].
+pub(crate) const RUN_FACTS: &str = "r.actor AS run_actor, r.request_id AS run_request_id, r.goal AS run_goal, \
+     r.planner_kind AS run_planner, r.resource_id AS run_resource, r.status AS run_status, \
+     r.stop_reason AS run_stop_reason, r.step_count AS run_step_count, r.final_result AS run_final_result, \
+     r.provenance AS run_provenance, r.bundle_digest AS run_bundle_digest";
+
+/// True of an audit row `a` whose payload is left to its run: a payload written
+/// out is always an object, a left one the JSON string of a resource key.
+pub(crate) const LEFT_TO_RUN: &str = "substr(a.payload, 1, 1) = '\"'";
+
+/// An audit event's payload: `stored` itself, or, for a run's own event left to
+/// its row, the payload rebuilt from that row's [`RUN_FACTS`] in `row`. `Err`
+/// says what is wrong, for the caller to locate.
+pub(crate) fn payload_of(
+    row: &Row,
+    kind: &str,
+    run_id: &str,
+    tenant: &str,
+    stored: &str,
+) -> Result<Value, String> {
+    if !stored.starts_with('"') {
+        return serde_json::from_str(stored).map_err(|e| format!("an unreadable payload: {e}"));
     }
+    let key: String =
+        serde_json::from_str(stored).map_err(|e| format!("an unreadable payload: {e}"))?;
+    rebuilt_payload(row, kind, run_id, tenant, &key).map_err(|e| match e {
+        Rebuild::Missing => format!("its run `{run_id}`, which holds its payload, is missing"),
+        Rebuild::Db(e) => e.to_string(),
+    })
+}
+
+enum Rebuild {
+    Missing,
+    Db(DbError),
+}
+
+impl From<DbError> for Rebuild {
+    fn from(e: DbError) -> Self {
+        Rebuild::Db(e)
+    }
+}
+
+fn rebuilt_payload(
+    row: &Row,
+    kind: &str,
+    run_id: &str,
+    tenant: &str,
+    resource_key: &str,
+) -> Result<Value, Rebuild> {
+    let (Some(actor), Some(resource)) = (
+        row.get::<Option<String>>("run_actor")?,
+        row.get::<Option<String>>("run_resource")?,
+    ) else {
+        return Err(Rebuild::Missing);
+    };
+    let request_id: Option<String> = row.get("run_request_id")?;
+    let who = Who {
+        tenant,
+        resource_id: &resource,
+        actor: &actor,
+        request_id: request_id.as_deref(),
+    };
+    if kind == RUN_STARTED_EVENT {
+        let (goal, planner): (String, String) = (row.get("run_goal")?, row.get("run_planner")?);
+        let started = Started {
+            run_id,
+            goal: &goal,
+            planner: &planner,
+        };
+        return Ok(started_payload(&who, resource_key, &started));
+    }
+    if kind != RUN_EVENT {
+        return Err(Rebuild::Db(DbError::Corrupt {
+            table: "audit_events",
+            message: format!("a `{kind}` event of run `{run_id}` without its payload"),
+        }));
+    }
+    let final_result: Option<String> = row.get("run_final_result")?;
+    let bundle_digest: String = row.get("run_bundle_digest")?;
+    let outcome = Outcome {
+        run_id: run_id.to_string(),
+        status: row.get("run_status")?,
+        stop_reason: row.get("run_stop_reason")?,
+        final_answer: final_result
+            .map(|t| serde_json::from_str(&t))
+            .transpose()
+            .map_err(|e| DbError::Corrupt {
+                table: "runs",
+                message: format!("result of run `{run_id}`: {e}"),
+            })?,
+        provenance: super::row_format::read_provenance(
+            row.get("run_provenance")?,
+            run_id,
+            &bundle_digest,
+        )?,
+        step_count: row.get::<i64>("run_step_count")? as u32,
+        recovery_count: 0,
+    };
+    Ok(terminal_payload(&who, resource_key, &outcome))
 }
 
 /// The `data` of the outbox event beside an audit event of `kind` with `payload`:
@@ -157,19 +254,6 @@ pub(crate) fn outbox_data(kind: &str, payload: Value, result: Option<Value>) -> 
 /// The audit kind of a run's first event.
 pub const RUN_STARTED_EVENT: &str = "agent.run.started";
 
-/// Appends a run's first event (who started it, on what, with which goal), for the
-/// transaction that creates the run.
-pub(crate) async fn started_events(
-    db: &Db,
-    tx: &mut Tx,
-    head: &mut ChainHead,
-    who: &Who<'_>,
-    names: &EventNames,
-    started: &Started<'_>,
-) -> Result<[Statement; 2], DbError> {
-    chain_events(db, tx, head, &started_event(who, names, started)).await
-}
-
 /// What a run started with, for its first event.
 pub(crate) struct Started<'a> {
     pub run_id: &'a str,
@@ -183,14 +267,6 @@ pub(crate) fn started_event<'a>(
     names: &EventNames,
     started: &Started<'a>,
 ) -> Event<'a> {
-    let mut data = json!({
-        "run_id": started.run_id,
-        "actor": who.actor,
-        "request_id": who.request_id,
-        "goal": started.goal,
-        "planner": started.planner,
-    });
-    data[names.resource_key] = json!(who.resource_id);
     Event {
         fact: Fact {
             tenant: who.tenant,
@@ -199,8 +275,23 @@ pub(crate) fn started_event<'a>(
             topic: names.started_topic(),
             subject: format!("agent-runs/{}", started.run_id),
         },
-        payload: data,
+        payload: started_payload(who, names.resource_key, started),
+        resource_key: Some(names.resource_key),
+        stored: None,
     }
+}
+
+/// The payload of a run's `agent.run.started` event (see [`terminal_payload`]).
+fn started_payload(who: &Who<'_>, resource_key: &str, started: &Started<'_>) -> Value {
+    let mut data = json!({
+        "run_id": started.run_id,
+        "actor": who.actor,
+        "request_id": who.request_id,
+        "goal": started.goal,
+        "planner": started.planner,
+    });
+    data[resource_key] = json!(who.resource_id);
+    data
 }
 
 /// Appends an event about a fact other than a run's start or end (an approval asked
@@ -228,6 +319,8 @@ pub(crate) async fn fact_events(
             subject,
         },
         payload: payload.clone(),
+        resource_key: None,
+        stored: None,
     };
     chain_events(db, tx, head, &event).await
 }
@@ -322,6 +415,30 @@ pub(crate) struct Fact<'a> {
 pub(crate) struct Event<'a> {
     fact: Fact<'a>,
     payload: Value,
+    /// A run's own event: the bundle's key of the resource id in its payload.
+    resource_key: Option<&'static str>,
+    /// What the `payload` column holds, when not the payload itself.
+    stored: Option<String>,
+}
+
+impl Event<'_> {
+    /// The event stored the `compact-events` way (migration 1013): a run's own
+    /// event keeps only its resource key as payload, the JSON string `"order_id"`
+    /// say, and readers rebuild the rest from the run's row (see
+    /// [`rebuilt_payload`]). The caller vouches that the row holds exactly what
+    /// the payload was built from. Other events are stored as they are.
+    pub(crate) fn left_to_run(mut self) -> Self {
+        if let Some(key) = self.resource_key {
+            self.stored = Some(Value::from(key).to_string());
+        }
+        self
+    }
+
+    fn stored_payload(&self) -> String {
+        self.stored
+            .clone()
+            .unwrap_or_else(|| self.payload.to_string())
+    }
 }
 
 /// The outbox row beside an audit event: where and when to publish it, not the
@@ -329,11 +446,13 @@ pub(crate) struct Event<'a> {
 const OUTBOX_COLUMNS: &str = "event_id, tenant_id, run_id, topic, subject, created_at, seq";
 
 /// Reads the tenant's chain head inside `tx` and returns the audit insert that links
-/// `payload` to it and the outbox insert that has the relay publish it. The outbox
+/// `event` to it and the outbox insert that has the relay publish it, for the
+/// caller to run in the transaction that records the fact (a run's creation, its
+/// terminal checkpoint). The outbox
 /// row takes the audit event's sequence number: appends to a tenant's chain are
 /// serialized, so that number is the tenant's commit order, and the relay
 /// publishes in it.
-async fn chain_events(
+pub(crate) async fn chain_events(
     db: &Db,
     tx: &mut Tx,
     head: &mut ChainHead,
@@ -382,7 +501,7 @@ async fn chain_events(
                 event_id(),
                 fact.run_id,
                 fact.kind,
-                payload.to_string(),
+                event.stored_payload(),
                 &prev_hash,
                 &hash,
                 now
@@ -437,7 +556,7 @@ pub(crate) fn appended(event: &Event<'_>, gate: &str) -> Vec<(String, Statement)
             event_id(),
             fact.run_id,
             fact.kind,
-            event.payload.to_string(),
+            event.stored_payload(),
             now
         ],
     );
@@ -503,19 +622,36 @@ pub struct Verification {
 
 /// Recomputes every tenant's chain: an edited, inserted or deleted event breaks it.
 pub async fn verify(db: &Db) -> Result<Verification, DbError> {
-    let rows = db.fetch_all("SELECT tenant_id, seq, run_id, kind, payload, prev_hash, hash FROM audit_events ORDER BY tenant_id, seq", &[])
+    let rows = db
+        .fetch_all(
+            &format!("{} ORDER BY a.tenant_id, a.seq", verified_rows()),
+            &[],
+        )
         .await?;
     verify_rows(&rows)
 }
 
 /// [`verify`] of one tenant's chain (what that tenant's console may see).
 pub async fn verify_tenant(db: &Db, tenant: &str) -> Result<Verification, DbError> {
-    let rows = db.fetch_all("SELECT tenant_id, seq, run_id, kind, payload, prev_hash, hash FROM audit_events WHERE tenant_id = ? ORDER BY seq", &params![tenant])
+    let rows = db
+        .fetch_all(
+            &format!("{} WHERE a.tenant_id = ? ORDER BY a.seq", verified_rows()),
+            &params![tenant],
+        )
         .await?;
     verify_rows(&rows)
 }
 
-fn verify_rows(rows: &[super::sql::Row]) -> Result<Verification, DbError> {
+/// What [`verify_rows`] reads: each event, and the row of its run where its
+/// payload was left to it.
+fn verified_rows() -> String {
+    format!(
+        "SELECT a.tenant_id, a.seq, a.run_id, a.kind, a.payload, a.prev_hash, a.hash, {RUN_FACTS} \
+         FROM audit_events a LEFT JOIN runs r ON {LEFT_TO_RUN} AND r.run_id = a.run_id"
+    )
+}
+
+fn verify_rows(rows: &[Row]) -> Result<Verification, DbError> {
     let mut v = Verification::default();
     let mut current: Option<(String, i64, String)> = None;
     for r in rows {
@@ -545,14 +681,14 @@ fn verify_rows(rows: &[super::sql::Row]) -> Result<Verification, DbError> {
                 "tenant `{tenant}`: event {seq} does not link to its predecessor"
             ));
         }
-        match serde_json::from_str::<Value>(&payload) {
+        match payload_of(r, &kind, &run_id, &tenant, &payload) {
             Ok(p) if event_hash(&prev_hash, seq, &kind, &run_id, &p) == hash => {}
             Ok(_) => v.problems.push(format!(
                 "tenant `{tenant}`: event {seq} was altered (hash mismatch)"
             )),
-            Err(_) => v.problems.push(format!(
-                "tenant `{tenant}`: event {seq} has an unreadable payload"
-            )),
+            Err(why) => v
+                .problems
+                .push(format!("tenant `{tenant}`: event {seq} has {why}")),
         }
         current = Some((tenant, seq, hash));
     }

@@ -241,6 +241,12 @@ pub const HOST_MIGRATIONS: &[Migration] = &[
         sqlite: include_str!("../../migrations/sqlite/1012_compact_run_rows.sql"),
         postgres: include_str!("../../migrations/postgres/1012_compact_run_rows.sql"),
     },
+    Migration {
+        version: 1013,
+        description: "compact run events",
+        sqlite: include_str!("../../migrations/sqlite/1013_compact_run_events.sql"),
+        postgres: include_str!("../../migrations/postgres/1013_compact_run_events.sql"),
+    },
 ];
 
 const HOST_TABLES: &[&str] = &[
@@ -691,10 +697,11 @@ mod tests {
         assert_eq!(
             order,
             [
-                1, 3, 4, 5, 1000, 1001, 1003, 1004, 1005, 1006, 1007, 1008, 1009, 1010, 1011, 1012
+                1, 3, 4, 5, 1000, 1001, 1003, 1004, 1005, 1006, 1007, 1008, 1009, 1010, 1011, 1012,
+                1013
             ]
         );
-        assert_eq!(latest(&NOTES), 1012);
+        assert_eq!(latest(&NOTES), 1013);
     }
 
     #[tokio::test]
@@ -756,7 +763,7 @@ mod tests {
         assert_eq!(indexes, 2);
     }
 
-    /// 1011 and 1012 start a new database at the most compact format and leave
+    /// 1011, 1012 and 1013 start a new database at the most compact format and leave
     /// one that holds runs where it was: replicas of an earlier version may be
     /// serving it.
     #[test]
@@ -785,9 +792,10 @@ mod tests {
             )
             .unwrap()
         };
-        assert_eq!(format_after(None), "compact-runs");
+        assert_eq!(format_after(None), "compact-events");
         assert_eq!(format_after(Some(1011)), "full");
         assert_eq!(format_after(Some(1012)), "compact");
+        assert_eq!(format_after(Some(1013)), "compact-runs");
     }
 
     /// 1010 rebuilds SQLite's checkpoints without a rowid: every row of a file

@@ -34,13 +34,13 @@ pub struct Claim {
 /// sequence and, for a finished run's, the run's result. Rows that kept their
 /// envelope (written before migration 1008) join nothing.
 fn pending_from() -> String {
+    use super::audit::{LEFT_TO_RUN, RUN_EVENT, RUN_FACTS};
     format!(
         "o.event_id, o.tenant_id, o.topic, o.subject, o.payload, o.seq, o.created_at, \
-         a.kind, a.payload AS data, r.final_result \
+         a.kind, a.run_id AS audit_run_id, a.payload AS data, {RUN_FACTS} \
          FROM outbox_events o \
          LEFT JOIN audit_events a ON o.payload IS NULL AND a.tenant_id = o.tenant_id AND a.seq = o.seq \
-         LEFT JOIN runs r ON a.kind = '{}' AND r.run_id = o.run_id",
-        super::audit::RUN_EVENT
+         LEFT JOIN runs r ON (a.kind = '{RUN_EVENT}' OR {LEFT_TO_RUN}) AND r.run_id = o.run_id"
     )
 }
 
@@ -75,7 +75,7 @@ fn render(
     created_at: i64,
 ) -> Result<String, DbError> {
     let (kind, data, result): (Option<String>, Option<String>, Option<String>) =
-        (r.get("kind")?, r.get("data")?, r.get("final_result")?);
+        (r.get("kind")?, r.get("data")?, r.get("run_final_result")?);
     let corrupt = |message: String| DbError::Corrupt {
         table: "outbox_events",
         message: format!("event `{event_id}`: {message}"),
@@ -88,11 +88,9 @@ fn render(
     let parse = |text: &str| {
         serde_json::from_str::<serde_json::Value>(text).map_err(|e| corrupt(e.to_string()))
     };
-    let data = super::audit::outbox_data(
-        &kind,
-        parse(&data)?,
-        result.as_deref().map(parse).transpose()?,
-    );
+    let run_id: String = r.get("audit_run_id")?;
+    let payload = super::audit::payload_of(r, &kind, &run_id, tenant, &data).map_err(corrupt)?;
+    let data = super::audit::outbox_data(&kind, payload, result.as_deref().map(parse).transpose()?);
     let subject: Option<String> = r.get("subject")?;
     let subject = subject.unwrap_or_default();
     Ok(

@@ -13,6 +13,12 @@
 //! run id prefix and bundle digest. The spec's catalog is stored once per distinct
 //! list of names, in `run_catalogs`. That brings the row of a typical finished
 //! run under half a SQLite page, so two share one.
+//!
+//! `CompactEvents` (migration 1013) also stores a run's own two audit events
+//! (`agent.run.started`, `agent.run`) without their payload, which follows from
+//! the run's row: see [`super::audit::stored_payload`]. Their hashes cover the
+//! payload as before, so `audit verify` rebuilds it and still proves the chain,
+//! and now the run row's columns it was rebuilt from as well.
 
 use super::{Db, DbError};
 use caseops_runtime::fingerprint::{action_fingerprint, arguments_hash};
@@ -29,9 +35,15 @@ pub enum RowFormat {
     Compact,
     /// `Compact`, and run rows without what their columns repeat (1012).
     CompactRuns,
+    /// `CompactRuns`, and a run's own audit events without the payload its row
+    /// holds (1013).
+    CompactEvents,
 }
 
 impl RowFormat {
+    /// The most compact format this version writes.
+    pub const NEWEST: RowFormat = RowFormat::CompactEvents;
+
     /// The database's format, as its `host_settings` row says.
     pub async fn of(db: &Db) -> Result<RowFormat, DbError> {
         let row = db
@@ -45,6 +57,7 @@ impl RowFormat {
             .transpose()?
             .as_deref()
         {
+            Some("compact-events") => Ok(RowFormat::CompactEvents),
             Some("compact-runs") => Ok(RowFormat::CompactRuns),
             Some("compact") => Ok(RowFormat::Compact),
             Some("full") | None => Ok(RowFormat::Full),
@@ -63,6 +76,7 @@ impl RowFormat {
             RowFormat::Full => "full",
             RowFormat::Compact => "compact",
             RowFormat::CompactRuns => "compact-runs",
+            RowFormat::CompactEvents => "compact-events",
         }
     }
 
@@ -70,10 +84,10 @@ impl RowFormat {
     /// replicas do from their next start. Only once no replica of an earlier
     /// version serves it. Never makes a database less compact.
     pub async fn make_compact(db: &Db) -> Result<(), DbError> {
-        if RowFormat::of(db).await? < RowFormat::CompactRuns {
+        if RowFormat::of(db).await? < RowFormat::NEWEST {
             db.execute(
-                "UPDATE host_settings SET value = 'compact-runs' WHERE name = 'row_format'",
-                &[],
+                "UPDATE host_settings SET value = ? WHERE name = 'row_format'",
+                &crate::params![RowFormat::NEWEST.name()],
             )
             .await?;
         }

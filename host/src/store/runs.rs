@@ -832,11 +832,15 @@ impl SqlRunStore {
             goal: &new.spec.goal,
             planner: &new.planner_kind,
         };
+        // The row holds every field of the event's payload, as written here.
+        let mut event = audit::started_event(&who, &self.events, &started);
+        if self.rows >= RowFormat::CompactEvents {
+            event = event.left_to_run();
+        }
         // The run and its `started` event commit together, or neither does.
         let inserted = match self.db.dialect {
             // One statement: the event is appended only if the row was inserted.
             Dialect::Postgres => {
-                let event = audit::started_event(&who, &self.events, &started);
                 let mut parts = vec![(
                     "run".to_string(),
                     Statement::new(format!("{} RETURNING run_id", insert.sql), insert.params),
@@ -867,15 +871,7 @@ impl SqlRunStore {
                 }
                 if inserted == 1 {
                     let mut head = audit::ChainHead::default();
-                    let events = audit::started_events(
-                        &self.db,
-                        &mut tx,
-                        &mut head,
-                        &who,
-                        &self.events,
-                        &started,
-                    )
-                    .await?;
+                    let events = audit::chain_events(&self.db, &mut tx, &mut head, &event).await?;
                     for e in &events {
                         tx.execute(&e.sql, &e.params).await?;
                     }
@@ -1217,6 +1213,33 @@ impl SqlRunStore {
         parts
     }
 
+    /// A run's `agent.run` event, left to its row (`compact-events`) when the
+    /// row this batch writes holds exactly what the payload is built from: the
+    /// fence writes the outcome's status, stop reason, result and provenance, and
+    /// `who` was read from the row. A value whose text would not parse back to
+    /// itself (a float the text rounds) keeps the payload written out.
+    fn terminal_event<'a>(
+        &self,
+        who: &audit::Who<'a>,
+        batch: &Batch,
+        outcome: &'a Outcome,
+    ) -> audit::Event<'a> {
+        let event = audit::terminal_event(who, &self.events, outcome);
+        let round_trips = |v: Option<&Value>| {
+            v.is_none_or(|v| serde_json::from_str::<Value>(&v.to_string()).ok().as_ref() == Some(v))
+        };
+        if self.rows >= RowFormat::CompactEvents
+            && outcome.run_id == batch.run_id
+            && outcome.step_count == batch.step_count
+            && round_trips(outcome.final_answer.as_ref())
+            && round_trips(outcome.provenance.as_ref())
+        {
+            event.left_to_run()
+        } else {
+            event
+        }
+    }
+
     async fn write(&self, batch: Batch) -> Result<(), DbError> {
         let db = &self.db;
         let (fence, written) = self.fence(&batch);
@@ -1247,7 +1270,7 @@ impl SqlRunStore {
                     actor: &facts.actor,
                     request_id: facts.request_id.as_deref(),
                 };
-                let event = audit::terminal_event(&who, &self.events, outcome);
+                let event = self.terminal_event(&who, &batch, outcome);
                 parts.extend(audit::appended(&event, PG_GATE));
             }
             // Lazy by the connection's default, unless this commit must be flushed.
@@ -1348,10 +1371,8 @@ impl SqlRunStore {
                     actor: &actor,
                     request_id: request_id.as_deref(),
                 };
-                events.extend(
-                    audit::terminal_events(db, &mut tx, &mut head, &who, &self.events, outcome)
-                        .await?,
-                );
+                let event = self.terminal_event(&who, &batch, outcome);
+                events.extend(audit::chain_events(db, &mut tx, &mut head, &event).await?);
             }
             let held = match db.dialect {
                 Dialect::Postgres => {

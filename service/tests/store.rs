@@ -602,6 +602,7 @@ async fn compact_rows_read_back_as_full_rows_and_leave_out_what_readers_derive()
         );
         let compact = SqlRunStore::new(db.clone()).with_row_format(RowFormat::Compact);
         let runs = SqlRunStore::new(db.clone()).with_row_format(RowFormat::CompactRuns);
+        let history = SqlRunStore::new(db.clone()).with_row_format(RowFormat::CompactHistory);
         let engine = Engine::<Bundle>::new().unwrap();
         let new_run = |run_id: &str| NewRun {
             // The spec's correlation id is the request id: a column holds it.
@@ -612,6 +613,7 @@ async fn compact_rows_read_back_as_full_rows_and_leave_out_what_readers_derive()
             (&full, "full"),
             (&compact, "compact"),
             (&runs, "compact-runs"),
+            (&history, "compact-history"),
         ] {
             let run_id = format!("r-{format}");
             store.allocate(&new_run(&run_id)).await.unwrap();
@@ -646,6 +648,8 @@ async fn compact_rows_read_back_as_full_rows_and_leave_out_what_readers_derive()
         for (first, then, run_id) in [
             (&full, &runs, "r-to-compact-runs"),
             (&runs, &full, "r-to-full"),
+            (&full, &history, "r-to-compact-history"),
+            (&history, &full, "r-history-to-full"),
         ] {
             let first = first.clone().with_lease_ms(0);
             first.allocate(&new_run(run_id)).await.unwrap();
@@ -689,8 +693,12 @@ async fn compact_rows_read_back_as_full_rows_and_leave_out_what_readers_derive()
             ("r-resumed-compact-runs", &resumed),
             ("r-to-compact-runs", &resumed),
             ("r-to-full", &resumed),
+            ("r-compact-history", &reference),
+            ("r-resumed-compact-history", &resumed),
+            ("r-to-compact-history", &resumed),
+            ("r-history-to-full", &resumed),
         ] {
-            for reader in [&full, &compact, &runs] {
+            for reader in [&full, &compact, &runs, &history] {
                 assert_eq!(
                     &as_read(reader, run_id).await,
                     expected,
@@ -791,8 +799,42 @@ async fn compact_rows_read_back_as_full_rows_and_leave_out_what_readers_derive()
         let catalogs = "SELECT count(*) AS n FROM run_catalogs";
         assert_eq!(count(&db, catalogs).await, 1, "{backend}");
         let naming = "SELECT count(*) AS n FROM runs WHERE catalog_digest IS NOT NULL";
-        // r-compact-runs, r-resumed-compact-runs, r-to-full, r-deployed.
-        assert_eq!(count(&db, naming).await, 4, "{backend}");
+        // r-compact-runs, r-resumed-compact-runs, r-to-full, r-deployed, and
+        // the three compact-history runs created as such.
+        assert_eq!(count(&db, naming).await, 7, "{backend}");
+        // Transitions by run number: all of a run created compact-history,
+        // whichever format's replica wrote them; a run created earlier keeps
+        // writing them by id.
+        let by_number = |run_id: &'static str| {
+            let db = db.clone();
+            async move {
+                let by_id = count(
+                    &db,
+                    &format!("SELECT count(*) AS n FROM checkpoints WHERE run_id = '{run_id}'"),
+                )
+                .await;
+                let by_number = count(
+                    &db,
+                    &format!(
+                        "SELECT count(*) AS n FROM run_transitions t JOIN runs r ON r.run_no = t.run_no WHERE r.run_id = '{run_id}'"
+                    ),
+                )
+                .await;
+                (by_id, by_number)
+            }
+        };
+        assert_eq!(
+            by_number("r-compact-history").await,
+            (0, checkpoints),
+            "{backend}"
+        );
+        let (by_id, by_num) = by_number("r-history-to-full").await;
+        assert!(
+            by_id == 0 && by_num > checkpoints,
+            "{backend}: {by_id} and {by_num}"
+        );
+        assert_eq!(by_number("r-to-compact-history").await.1, 0, "{backend}");
+        assert_eq!(by_number("r-compact-runs").await.1, 0, "{backend}");
         let (_, provenance) = stored("r-deployed").await;
         assert!(provenance.starts_with('{'), "{backend}: {provenance}");
         let full_size = stored("r-full").await;
@@ -812,7 +854,7 @@ async fn compact_rows_read_back_as_full_rows_and_leave_out_what_readers_derive()
 async fn run_events_left_to_their_rows_publish_and_verify_as_if_written_out_and_chain_the_rows() {
     for (backend, url) in fresh_databases("run_events").await {
         let (db, full, direct) = setup(&url).await;
-        let events = SqlRunStore::new(db.clone()).with_row_format(RowFormat::CompactEvents);
+        let events = SqlRunStore::new(db.clone()).with_row_format(RowFormat::CompactHistory);
         let engine = Engine::<Bundle>::new().unwrap();
         for (store, run_id) in [(&full, "e-full"), (&events, "e-events")] {
             let run = NewRun {

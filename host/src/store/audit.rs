@@ -422,7 +422,7 @@ pub(crate) struct Event<'a> {
 }
 
 impl Event<'_> {
-    /// The event stored the `compact-events` way (migration 1013): a run's own
+    /// The event stored the `compact-history` way (migration 1013): a run's own
     /// event keeps only its resource key as payload, the JSON string `"order_id"`
     /// say, and readers rebuild the rest from the run's row (see
     /// [`rebuilt_payload`]). The caller vouches that the row holds exactly what

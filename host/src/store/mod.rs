@@ -243,9 +243,9 @@ pub const HOST_MIGRATIONS: &[Migration] = &[
     },
     Migration {
         version: 1013,
-        description: "compact run events",
-        sqlite: include_str!("../../migrations/sqlite/1013_compact_run_events.sql"),
-        postgres: include_str!("../../migrations/postgres/1013_compact_run_events.sql"),
+        description: "compact run history",
+        sqlite: include_str!("../../migrations/sqlite/1013_compact_run_history.sql"),
+        postgres: include_str!("../../migrations/postgres/1013_compact_run_history.sql"),
     },
 ];
 
@@ -260,6 +260,7 @@ const HOST_TABLES: &[&str] = &[
     "console_sessions",
     "host_settings",
     "run_catalogs",
+    "run_transitions",
 ];
 
 /// The host's migrations and the application's, in version order.
@@ -792,7 +793,7 @@ mod tests {
             )
             .unwrap()
         };
-        assert_eq!(format_after(None), "compact-events");
+        assert_eq!(format_after(None), "compact-history");
         assert_eq!(format_after(Some(1011)), "full");
         assert_eq!(format_after(Some(1012)), "compact");
         assert_eq!(format_after(Some(1013)), "compact-runs");

@@ -14,7 +14,7 @@
 //! list of names, in `run_catalogs`. That brings the row of a typical finished
 //! run under half a SQLite page, so two share one.
 //!
-//! `CompactEvents` (migration 1013) also stores a run's own two audit events
+//! `CompactHistory` (migration 1013) also stores a run's own two audit events
 //! (`agent.run.started`, `agent.run`) without their payload, which follows from
 //! the run's row: see [`super::audit::stored_payload`]. Their hashes cover the
 //! payload as before, so `audit verify` rebuilds it and still proves the chain,
@@ -37,12 +37,12 @@ pub enum RowFormat {
     CompactRuns,
     /// `CompactRuns`, and a run's own audit events without the payload its row
     /// holds (1013).
-    CompactEvents,
+    CompactHistory,
 }
 
 impl RowFormat {
     /// The most compact format this version writes.
-    pub const NEWEST: RowFormat = RowFormat::CompactEvents;
+    pub const NEWEST: RowFormat = RowFormat::CompactHistory;
 
     /// The database's format, as its `host_settings` row says.
     pub async fn of(db: &Db) -> Result<RowFormat, DbError> {
@@ -57,7 +57,7 @@ impl RowFormat {
             .transpose()?
             .as_deref()
         {
-            Some("compact-events") => Ok(RowFormat::CompactEvents),
+            Some("compact-history") => Ok(RowFormat::CompactHistory),
             Some("compact-runs") => Ok(RowFormat::CompactRuns),
             Some("compact") => Ok(RowFormat::Compact),
             Some("full") | None => Ok(RowFormat::Full),
@@ -76,7 +76,7 @@ impl RowFormat {
             RowFormat::Full => "full",
             RowFormat::Compact => "compact",
             RowFormat::CompactRuns => "compact-runs",
-            RowFormat::CompactEvents => "compact-events",
+            RowFormat::CompactHistory => "compact-history",
         }
     }
 

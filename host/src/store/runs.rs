@@ -315,6 +315,9 @@ struct Facts {
     resource_id: String,
     actor: String,
     request_id: Option<String>,
+    /// The run's number (`compact-history`), which keys its transitions; `None`
+    /// for a run created in an earlier format.
+    number: Option<i64>,
 }
 
 /// Runs in flight in one process stay far below this. Runs that never end here
@@ -323,7 +326,7 @@ struct Facts {
 const REMEMBERED_RUNS: usize = 4096;
 
 impl RunFacts {
-    fn remember(&self, run_id: &str, who: &audit::Who<'_>) {
+    fn remember(&self, run_id: &str, who: &audit::Who<'_>, number: Option<i64>) {
         let mut facts = self.0.lock().unwrap_or_else(|e| e.into_inner());
         if facts.len() >= REMEMBERED_RUNS {
             facts.clear();
@@ -335,8 +338,18 @@ impl RunFacts {
                 resource_id: who.resource_id.to_string(),
                 actor: who.actor.to_string(),
                 request_id: who.request_id.map(str::to_string),
+                number,
             },
         );
+    }
+
+    /// The run's number, if this process remembers the run.
+    fn number(&self, run_id: &str) -> Option<Option<i64>> {
+        self.0
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(run_id)
+            .map(|f| f.number)
     }
 
     fn take(&self, run_id: &str) -> Option<Facts> {
@@ -376,9 +389,12 @@ macro_rules! select_runs {
     };
 }
 
-/// A run's checkpoints of `tenant` (parameters: tenant, run id, then any the
-/// `$more` condition takes), with `$snapshot` as the snapshot column. A compact
-/// checkpoint's '' `from_state` is the `to_state` of the one before it.
+/// A run's checkpoints of `tenant`, from whichever table holds them: by run id
+/// (`checkpoints`), or by run number (`run_transitions`) for a run that has one.
+/// Parameters: tenant, run id, then any the `$more` condition takes, and the same
+/// again. `$snapshot` is the snapshot column of
+/// `checkpoints`. A compact checkpoint's '' `from_state` is the `to_state` of the
+/// one before it, written in the same statement, so in the same table.
 macro_rules! select_checkpoints {
     ($snapshot:literal, $more:literal) => {
         concat!(
@@ -388,7 +404,12 @@ macro_rules! select_checkpoints {
             $snapshot,
             " FROM checkpoints c JOIN runs r ON r.run_id = c.run_id WHERE r.tenant_id = ? AND c.run_id = ? ",
             $more,
-            "ORDER BY c.sequence"
+            "UNION ALL SELECT r.run_id, c.sequence, \
+             COALESCE(NULLIF(c.from_state, ''), (SELECT p.to_state FROM run_transitions p WHERE p.run_no = c.run_no AND p.sequence = c.sequence - 1)) AS from_state, \
+             c.to_state, c.at_ms, c.reason, CAST(NULL AS TEXT) AS snapshot \
+             FROM run_transitions c JOIN runs r ON r.run_no = c.run_no WHERE r.tenant_id = ? AND r.run_id = ? ",
+            $more,
+            "ORDER BY 2"
         )
     };
 }
@@ -779,21 +800,34 @@ impl SqlRunStore {
                 goal: &new.spec.goal,
             },
         );
+        // The run's number (`compact-history`): PostgreSQL's sequence, or on
+        // SQLite, whose one writer holds the database for the transaction, the
+        // next after the highest (read through `runs_by_no`, inside it).
+        let numbered = self.rows >= RowFormat::CompactHistory;
+        let number = match (numbered, self.db.dialect) {
+            (false, _) => "NULL",
+            (true, Dialect::Postgres) => "nextval('run_numbers')",
+            (true, Dialect::Sqlite) => "?",
+        };
         let (source, condition) = match resource {
             // `INSERT … SELECT … WHERE`: SQLite needs the `WHERE` before an
             // `ON CONFLICT` anyway, to tell the two apart.
             Some(c) => (
-                "SELECT ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 'running', 'created', 0, ?, ?, ?, ?, ?, ?, ? WHERE ",
+                format!(
+                    "SELECT ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 'running', 'created', 0, ?, ?, ?, ?, ?, ?, ?, {number} WHERE "
+                ),
                 c.0,
             ),
             None => (
-                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 'running', 'created', 0, ?, ?, ?, ?, ?, ?, ?)",
+                format!(
+                    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 'running', 'created', 0, ?, ?, ?, ?, ?, ?, ?, {number})"
+                ),
                 "",
             ),
         };
         let mut insert = Statement::new(
             format!(
-                "INSERT INTO runs (run_id, tenant_id, resource_id, actor, idempotency_key, request_hash, request_id, goal, planner_kind, model, status, state, step_count, spec, catalog_digest, bundle_digest, created_at, updated_at, lease_owner, lease_expires_at) \
+                "INSERT INTO runs (run_id, tenant_id, resource_id, actor, idempotency_key, request_hash, request_id, goal, planner_kind, model, status, state, step_count, spec, catalog_digest, bundle_digest, created_at, updated_at, lease_owner, lease_expires_at, run_no) \
              {source}{condition} ON CONFLICT (tenant_id, idempotency_key) DO NOTHING"
             ),
             params![
@@ -816,6 +850,9 @@ impl SqlRunStore {
                 now + self.lease_ms
             ],
         );
+        // SQLite's number goes here, before the condition's parameters: the
+        // transaction below reads it first.
+        let number_at = insert.params.len();
         if resource.is_some() {
             insert
                 .params
@@ -834,16 +871,19 @@ impl SqlRunStore {
         };
         // The row holds every field of the event's payload, as written here.
         let mut event = audit::started_event(&who, &self.events, &started);
-        if self.rows >= RowFormat::CompactEvents {
+        if self.rows >= RowFormat::CompactHistory {
             event = event.left_to_run();
         }
         // The run and its `started` event commit together, or neither does.
-        let inserted = match self.db.dialect {
+        let (inserted, number) = match self.db.dialect {
             // One statement: the event is appended only if the row was inserted.
             Dialect::Postgres => {
                 let mut parts = vec![(
                     "run".to_string(),
-                    Statement::new(format!("{} RETURNING run_id", insert.sql), insert.params),
+                    Statement::new(
+                        format!("{} RETURNING run_id, run_no", insert.sql),
+                        insert.params,
+                    ),
                 )];
                 if let Some(c) = &catalog {
                     parts.push((
@@ -855,15 +895,36 @@ impl SqlRunStore {
                     ));
                 }
                 parts.extend(audit::appended(&event, "EXISTS (SELECT 1 FROM run)"));
-                let created =
-                    Statement::with(parts, Statement::new("SELECT run_id FROM run", Vec::new()));
-                self.db
+                let created = Statement::with(
+                    parts,
+                    Statement::new("SELECT run_id, run_no FROM run", Vec::new()),
+                );
+                let rows = self
+                    .db
                     .write_returning(&created.sql, &created.params)
-                    .await?
-                    .len()
+                    .await?;
+                let number = match rows.first() {
+                    Some(r) => r.get::<Option<i64>>("run_no")?,
+                    None => None,
+                };
+                (rows.len(), number)
             }
             Dialect::Sqlite => {
                 let mut tx = self.db.begin_lazy_write().await?;
+                let mut number = None;
+                if numbered {
+                    let next = tx
+                        .fetch_optional(
+                            "SELECT COALESCE(MAX(run_no), 0) + 1 AS next FROM runs",
+                            &[],
+                        )
+                        .await?
+                        .map(|r| r.get::<i64>("next"))
+                        .transpose()?
+                        .unwrap_or(1);
+                    insert.params.insert(number_at, next.into());
+                    number = Some(next);
+                }
                 let inserted = tx.execute(&insert.sql, &insert.params).await? as usize;
                 if let (1, Some(c)) = (inserted, &catalog) {
                     tx.execute(CATALOG_SQLITE, &params![c.digest, c.names.as_str()])
@@ -877,11 +938,11 @@ impl SqlRunStore {
                     }
                 }
                 tx.commit().await?;
-                inserted
+                (inserted, number)
             }
         };
         if inserted == 1 {
-            self.facts.remember(&new.spec.run_id, &who);
+            self.facts.remember(&new.spec.run_id, &who, number);
             // This request created it: the record is what was just written.
             return Ok(Allocation::New(RunRecord {
                 run_id: new.spec.run_id.clone(),
@@ -1029,7 +1090,7 @@ impl SqlRunStore {
             .db
             .fetch_all(
                 select_checkpoints!("c.snapshot", ""),
-                &params![tenant, run_id],
+                &params![tenant, run_id, tenant, run_id],
             )
             .await?;
         rows.iter().map(checkpoint).collect()
@@ -1048,7 +1109,7 @@ impl SqlRunStore {
             .db
             .fetch_all(
                 select_checkpoints!("CAST(NULL AS TEXT) AS snapshot", "AND c.sequence > ? "),
-                &params![tenant, run_id, after as i64],
+                &params![tenant, run_id, after as i64, tenant, run_id, after as i64],
             )
             .await?;
         rows.iter().map(checkpoint).collect()
@@ -1141,7 +1202,7 @@ impl SqlRunStore {
     /// What a batch writes after its fence: checkpoints and ledger rows. `gate` is
     /// the condition under which they are written (PostgreSQL: that the fence
     /// matched, in the same statement; SQLite checks the fence's row count first).
-    fn batch_statements(&self, batch: &Batch, gate: &str) -> Vec<Statement> {
+    fn batch_statements(&self, batch: &Batch, gate: &str, number: Option<i64>) -> Vec<Statement> {
         let mut parts = Vec::with_capacity(batch.ledger.len() + 1);
         if !batch.checkpoints.is_empty() {
             // One statement for the batch's checkpoints; the primary key
@@ -1153,8 +1214,11 @@ impl SqlRunStore {
             for cp in &batch.checkpoints {
                 let from = row_format::stored_from(self.rows, before, cp);
                 before = Some(cp);
+                match number {
+                    Some(n) => values.extend(params![n]),
+                    None => values.extend(params![&cp.run_id]),
+                }
                 values.extend(params![
-                    &cp.run_id,
                     cp.sequence as i64,
                     from,
                     &cp.to,
@@ -1163,8 +1227,12 @@ impl SqlRunStore {
                 ]);
             }
             parts.push(Statement::new(
-                format!("INSERT INTO checkpoints (run_id, sequence, from_state, to_state, at_ms, reason) \
+                match number {
+                    Some(_) => format!("INSERT INTO run_transitions (run_no, sequence, from_state, to_state, at_ms, reason) \
                          SELECT * FROM (VALUES {tuples}) AS v WHERE {gate}"),
+                    None => format!("INSERT INTO checkpoints (run_id, sequence, from_state, to_state, at_ms, reason) \
+                         SELECT * FROM (VALUES {tuples}) AS v WHERE {gate}"),
+                },
                 values,
             ));
         }
@@ -1213,7 +1281,27 @@ impl SqlRunStore {
         parts
     }
 
-    /// A run's `agent.run` event, left to its row (`compact-events`) when the
+    /// The run's number, which keys its transitions in `run_transitions`;
+    /// `None`: it has none, and they go to `checkpoints`. The run decides, not
+    /// this process's format: a run created `compact-history` keeps its history
+    /// in one place when a replica in an earlier format (of this version, during
+    /// the restarts after `migrate --compact-rows`) takes it over.
+    async fn number_of(&self, run_id: &str) -> Result<Option<i64>, DbError> {
+        if let Some(number) = self.facts.number(run_id) {
+            return Ok(number);
+        }
+        // Forgotten (or driven without a load here): one read.
+        let row = self
+            .db
+            .fetch_optional("SELECT run_no FROM runs WHERE run_id = ?", &params![run_id])
+            .await?;
+        Ok(row
+            .map(|r| r.get::<Option<i64>>("run_no"))
+            .transpose()?
+            .flatten())
+    }
+
+    /// A run's `agent.run` event, left to its row (`compact-history`) when the
     /// row this batch writes holds exactly what the payload is built from: the
     /// fence writes the outcome's status, stop reason, result and provenance, and
     /// `who` was read from the row. A value whose text would not parse back to
@@ -1228,7 +1316,7 @@ impl SqlRunStore {
         let round_trips = |v: Option<&Value>| {
             v.is_none_or(|v| serde_json::from_str::<Value>(&v.to_string()).ok().as_ref() == Some(v))
         };
-        if self.rows >= RowFormat::CompactEvents
+        if self.rows >= RowFormat::CompactHistory
             && outcome.run_id == batch.run_id
             && outcome.step_count == batch.step_count
             && round_trips(outcome.final_answer.as_ref())
@@ -1252,6 +1340,7 @@ impl SqlRunStore {
                     && self.events.write_tools.contains(&r.tool_name.as_str())
             })
             .collect();
+        let number = self.number_of(&batch.run_id).await?;
         // A run that ends or parks here is forgotten either way.
         let facts = (batch.outcome.is_some() || batch.approval.is_some())
             .then(|| self.facts.take(&batch.run_id))
@@ -1262,7 +1351,7 @@ impl SqlRunStore {
             && (batch.outcome.is_none() || facts.is_some())
         {
             // One statement, atomic on its own: one round trip.
-            let mut parts = Statement::numbered(self.batch_statements(&batch, PG_GATE));
+            let mut parts = Statement::numbered(self.batch_statements(&batch, PG_GATE, number));
             if let (Some(outcome), Some(facts)) = (&batch.outcome, &facts) {
                 let who = audit::Who {
                     tenant: &facts.tenant,
@@ -1376,7 +1465,7 @@ impl SqlRunStore {
             }
             let held = match db.dialect {
                 Dialect::Postgres => {
-                    let mut parts = self.batch_statements(&batch, PG_GATE);
+                    let mut parts = self.batch_statements(&batch, PG_GATE, number);
                     parts.extend(events);
                     let gated = Statement::gated(fence, parts);
                     tx.fetch_all(&gated.sql, &gated.params).await?.len()
@@ -1384,7 +1473,7 @@ impl SqlRunStore {
                 Dialect::Sqlite => {
                     let held = tx.execute(&fence.sql, &fence.params).await? as usize;
                     if held == 1 {
-                        let mut parts = self.batch_statements(&batch, "true");
+                        let mut parts = self.batch_statements(&batch, "true", number);
                         parts.extend(events);
                         for part in &parts {
                             tx.execute(&part.sql, &part.params).await?;
@@ -1515,7 +1604,7 @@ impl RunStore for SqlRunStore {
         let row = self
             .db
             .fetch_optional(
-                "SELECT tenant_id FROM runs WHERE run_id = ?",
+                "SELECT tenant_id, resource_id, actor, request_id, run_no FROM runs WHERE run_id = ?",
                 &params![run_id],
             )
             .await
@@ -1524,6 +1613,21 @@ impl RunStore for SqlRunStore {
             return Ok(None);
         };
         let tenant: String = row.get("tenant_id").map_err(err)?;
+        let number: Option<i64> = row.get("run_no").map_err(err)?;
+        // A loaded run is about to be driven here: its commits need its number,
+        // and its end who it is about.
+        let (resource, actor, request_id): (String, String, Option<String>) = (
+            row.get("resource_id").map_err(err)?,
+            row.get("actor").map_err(err)?,
+            row.get("request_id").map_err(err)?,
+        );
+        let who = audit::Who {
+            tenant: &tenant,
+            resource_id: &resource,
+            actor: &actor,
+            request_id: request_id.as_deref(),
+        };
+        self.facts.remember(run_id, &who, number);
         let record = self.get(&tenant, run_id).await.map_err(err)?;
         let mut checkpoints = self.checkpoints(&tenant, run_id).await.map_err(err)?;
         // The newest snapshot is the run's; a run written before it moved there
@@ -1674,7 +1778,7 @@ mod tests {
             request_id: Some("q"),
         };
         for i in 0..=REMEMBERED_RUNS {
-            facts.remember(&format!("run-{i}"), &who);
+            facts.remember(&format!("run-{i}"), &who, None);
         }
         // At the bound the older runs were forgotten, not the newest.
         assert_eq!(facts.0.lock().unwrap().len(), 1);

@@ -835,6 +835,40 @@ async fn compact_rows_read_back_as_full_rows_and_leave_out_what_readers_derive()
         );
         assert_eq!(by_number("r-to-compact-history").await.1, 0, "{backend}");
         assert_eq!(by_number("r-compact-runs").await.1, 0, "{backend}");
+        // Tool calls likewise, keyed by the run's number and the call's own part.
+        let calls = |table: &'static str, run_id: &'static str| {
+            let db = db.clone();
+            async move {
+                let sql = match table {
+                    "tool_executions" => format!(
+                        "SELECT count(*) AS n FROM tool_executions WHERE run_id = '{run_id}'"
+                    ),
+                    _ => format!(
+                        "SELECT count(*) AS n FROM run_calls c JOIN runs r ON r.run_no = c.run_no WHERE r.run_id = '{run_id}' AND c.call LIKE ':%'"
+                    ),
+                };
+                count(&db, &sql).await
+            }
+        };
+        for run_id in ["r-compact-history", "r-history-to-full"] {
+            assert_eq!(
+                calls("tool_executions", run_id).await,
+                0,
+                "{backend}: {run_id}"
+            );
+            let ledger = as_read(&full, run_id).await.0.len() as i64;
+            assert_eq!(
+                calls("run_calls", run_id).await,
+                ledger,
+                "{backend}: {run_id}"
+            );
+        }
+        let ledger = as_read(&full, "r-to-compact-history").await.0.len() as i64;
+        assert_eq!(
+            calls("tool_executions", "r-to-compact-history").await,
+            ledger,
+            "{backend}"
+        );
         let (_, provenance) = stored("r-deployed").await;
         assert!(provenance.starts_with('{'), "{backend}: {provenance}");
         let full_size = stored("r-full").await;

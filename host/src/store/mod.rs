@@ -261,6 +261,7 @@ const HOST_TABLES: &[&str] = &[
     "host_settings",
     "run_catalogs",
     "run_transitions",
+    "run_calls",
 ];
 
 /// The host's migrations and the application's, in version order.

@@ -389,6 +389,16 @@ macro_rules! select_runs {
     };
 }
 
+/// A tool call id as `run_calls` keys it: from the `:` on when it starts with its
+/// run's id and `:` (as the ids the runtime gives do), else whole after `=`.
+/// Readers tell the two apart by the first character.
+fn stored_call(run_id: &str, call_id: &str) -> String {
+    match call_id.strip_prefix(run_id) {
+        Some(rest) if rest.starts_with(':') => rest.to_string(),
+        _ => format!("={call_id}"),
+    }
+}
+
 /// A run's checkpoints of `tenant`, from whichever table holds them: by run id
 /// (`checkpoints`), or by run number (`run_transitions`) for a run that has one.
 /// Parameters: tenant, run id, then any the `$more` condition takes, and the same
@@ -1009,13 +1019,17 @@ impl SqlRunStore {
 
     /// The ledger of a run of `tenant` (another tenant's run has none).
     pub async fn ledger(&self, tenant: &str, run_id: &str) -> Result<Vec<LedgerRow>, DbError> {
-        self.ledger_rows("tenant_id = ? AND run_id = ?", &params![tenant, run_id])
-            .await
+        self.ledger_rows(
+            "r.tenant_id = ? AND r.run_id = ?",
+            &params![tenant, run_id, tenant, run_id],
+        )
+        .await
     }
 
     /// The ledger of a run of any tenant, for the process that drove it.
     pub async fn ledger_of(&self, run_id: &str) -> Result<Vec<LedgerRow>, DbError> {
-        self.ledger_rows("run_id = ?", &params![run_id]).await
+        self.ledger_rows("r.run_id = ?", &params![run_id, run_id])
+            .await
     }
 
     async fn ledger_rows(
@@ -1023,10 +1037,15 @@ impl SqlRunStore {
         filter: &str,
         params: &[super::sql::Param],
     ) -> Result<Vec<LedgerRow>, DbError> {
+        // From whichever table holds the run's calls: by run id
+        // (`tool_executions`), or by run number (`run_calls`, see `stored_call`).
         // A compact row's '' bundle digest is its run's (see `RowFormat`).
-        let rows = self.db.fetch_all(&format!("SELECT run_id, tool_call_id, tool_name, tool_version, arguments, arguments_hash, fingerprint, idempotency_key, status, attempt_count, result, error_class, error_code, \
-             CASE WHEN bundle_digest = '' THEN (SELECT r.bundle_digest FROM runs r WHERE r.run_id = tool_executions.run_id) ELSE bundle_digest END AS bundle_digest, started_at, finished_at \
-             FROM tool_executions WHERE {filter} ORDER BY started_at, tool_call_id"), params)
+        let columns = "c.tool_name, c.tool_version, c.arguments, c.arguments_hash, c.fingerprint, c.idempotency_key, c.status, c.attempt_count, c.result, c.error_class, c.error_code, \
+             CASE WHEN c.bundle_digest = '' THEN r.bundle_digest ELSE c.bundle_digest END AS bundle_digest, c.started_at, c.finished_at";
+        let rows = self.db.fetch_all(&format!("SELECT r.run_id, c.tool_call_id, {columns} \
+             FROM tool_executions c JOIN runs r ON r.run_id = c.run_id WHERE {filter} \
+             UNION ALL SELECT r.run_id, CASE substr(c.call, 1, 1) WHEN ':' THEN r.run_id || c.call ELSE substr(c.call, 2) END, {columns} \
+             FROM run_calls c JOIN runs r ON r.run_no = c.run_no WHERE {filter} ORDER BY 15, 2"), params)
         .await?;
         let mut out: Vec<LedgerRow> = rows
             .iter()
@@ -1246,10 +1265,11 @@ impl SqlRunStore {
                 &row.arguments_hash,
                 &row.fingerprint,
             );
-            let mut values = Vec::from(params![
-                &row.run_id,
-                &row.tool_call_id,
-                &row.run_id,
+            let mut values = match number {
+                Some(n) => Vec::from(params![n, stored_call(&row.run_id, &row.tool_call_id)]),
+                None => Vec::from(params![&row.run_id, &row.tool_call_id, &row.run_id]),
+            };
+            values.extend(params![
                 &row.tool_name,
                 &row.tool_version,
                 arguments.as_str(),
@@ -1270,10 +1290,19 @@ impl SqlRunStore {
                 row.started_at_ms as i64,
                 row.finished_at_ms.map(|v| v as i64)
             ]);
+            // (the table and its key columns, their values, the key)
+            let (into, key_values, key) = match number {
+                Some(_) => ("run_calls (run_no, call", "?, ?", "run_no, call"),
+                None => (
+                    "tool_executions (run_id, tool_call_id, tenant_id",
+                    "?, ?, (SELECT tenant_id FROM runs WHERE run_id = ?)",
+                    "run_id, tool_call_id",
+                ),
+            };
             parts.push(Statement::new(
-                format!("INSERT INTO tool_executions (run_id, tool_call_id, tenant_id, tool_name, tool_version, arguments, arguments_hash, fingerprint, idempotency_key, status, attempt_count, result, error_class, error_code, bundle_digest, started_at, finished_at) \
-                 SELECT ?, ?, (SELECT tenant_id FROM runs WHERE run_id = ?), ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, {digest_sql}, ?, ? WHERE {gate} \
-                 ON CONFLICT (run_id, tool_call_id) DO UPDATE SET status = excluded.status, attempt_count = excluded.attempt_count, result = excluded.result, \
+                format!("INSERT INTO {into}, tool_name, tool_version, arguments, arguments_hash, fingerprint, idempotency_key, status, attempt_count, result, error_class, error_code, bundle_digest, started_at, finished_at) \
+                 SELECT {key_values}, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, {digest_sql}, ?, ? WHERE {gate} \
+                 ON CONFLICT ({key}) DO UPDATE SET status = excluded.status, attempt_count = excluded.attempt_count, result = excluded.result, \
                  error_class = excluded.error_class, error_code = excluded.error_code, finished_at = excluded.finished_at"),
                 values,
             ));
@@ -1281,7 +1310,8 @@ impl SqlRunStore {
         parts
     }
 
-    /// The run's number, which keys its transitions in `run_transitions`;
+    /// The run's number, which keys its transitions in `run_transitions` and its
+    /// calls in `run_calls`;
     /// `None`: it has none, and they go to `checkpoints`. The run decides, not
     /// this process's format: a run created `compact-history` keeps its history
     /// in one place when a replica in an earlier format (of this version, during
@@ -1750,6 +1780,17 @@ mod tests {
         signals.committed("r1", None);
         signals.settled("r1");
         assert_eq!(settlement.settled().await, None);
+    }
+
+    #[test]
+    fn a_call_id_is_keyed_by_its_own_part_only_when_it_starts_with_its_runs_id() {
+        assert_eq!(stored_call("run-1", "run-1:2"), ":2");
+        assert_eq!(stored_call("run-1", "run-1:"), ":");
+        // A longer run id that merely starts the same, and ids of other shapes,
+        // are kept whole behind the other marker.
+        assert_eq!(stored_call("run-1", "run-12:3"), "=run-12:3");
+        assert_eq!(stored_call("run-1", ":2"), "=:2");
+        assert_eq!(stored_call("run-1", "=x"), "==x");
     }
 
     #[tokio::test]

@@ -943,6 +943,30 @@ async fn run_events_left_to_their_rows_publish_and_verify_as_if_written_out_and_
         };
         assert_eq!(data_of("e-events").len(), 2, "{backend}: {published:?}");
         assert_eq!(data_of("e-events"), data_of("e-full"), "{backend}");
+        // An application's event of its own kind keeps a string payload as
+        // written: only the host's run events are ever left to a row.
+        audit::append_event(
+            &db,
+            "tenant-demo",
+            "e-events",
+            "note.added",
+            "note.added.v1",
+            "notes/1",
+            &serde_json::json!("resource_id"),
+        )
+        .await
+        .unwrap();
+        assert_eq!(
+            audit::verify(&db).await.unwrap().problems,
+            Vec::<String>::new(),
+            "{backend}"
+        );
+        let note = pending_envelopes(&db)
+            .await
+            .into_iter()
+            .find(|e| e["subject"] == "notes/1")
+            .unwrap_or_else(|| panic!("{backend}: the note is published"));
+        assert_eq!(note["data"], "resource_id", "{backend}");
 
         // The row a payload is rebuilt from is inside the chain: editing what a
         // finished run's row says breaks the event built from it.
@@ -1606,6 +1630,26 @@ async fn an_outbox_row_that_kept_its_envelope_is_published_as_written() {
             refused
                 .to_string()
                 .contains("`agent.run` is the host's own"),
+            "{backend}: {refused}"
+        );
+        assert_eq!(count(db.clone()).await, before, "{backend}");
+        // Nor its start: the host's own events of that kind may be stored
+        // without their payload, and a string payload would read as one.
+        let refused = audit::append_event(
+            &db,
+            "tenant-demo",
+            "k1",
+            audit::RUN_STARTED_EVENT,
+            "note.added.v1",
+            "notes/1",
+            &serde_json::json!("resource_id"),
+        )
+        .await
+        .unwrap_err();
+        assert!(
+            refused
+                .to_string()
+                .contains("`agent.run.started` is the host's own"),
             "{backend}: {refused}"
         );
         assert_eq!(count(db.clone()).await, before, "{backend}");

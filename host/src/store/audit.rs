@@ -140,7 +140,10 @@ pub(crate) fn payload_of(
     tenant: &str,
     stored: &str,
 ) -> Result<Value, String> {
-    if !stored.starts_with('"') {
+    // Only the host writes these kinds (see `append_event`), so another kind's
+    // string payload is the application's own.
+    let run_own = kind == RUN_EVENT || kind == RUN_STARTED_EVENT;
+    if !run_own || !stored.starts_with('"') {
         return serde_json::from_str(stored).map_err(|e| format!("an unreadable payload: {e}"));
     }
     let key: String =
@@ -328,8 +331,9 @@ pub(crate) async fn fact_events(
 /// Records a fact of the application's own (not one the host writes itself) in the
 /// tenant's audit chain and its outbox, in one transaction of its own: the relay
 /// publishes it like the host's events, as type `topic` about `subject`. `kind`
-/// may not be `agent.run`: the host renders that kind's outbox event differently
-/// (see [`outbox_data`]).
+/// may not be `agent.run` (the host renders that kind's outbox event differently,
+/// see [`outbox_data`]) nor `agent.run.started`: the host's own events of either
+/// kind may be stored without their payload (see [`Event::left_to_run`]).
 #[allow(clippy::too_many_arguments)]
 pub async fn append_event(
     db: &Db,
@@ -340,7 +344,7 @@ pub async fn append_event(
     subject: &str,
     data: &Value,
 ) -> Result<(), DbError> {
-    if kind == RUN_EVENT {
+    if kind == RUN_EVENT || kind == RUN_STARTED_EVENT {
         return Err(DbError::ReservedKind(kind.to_string()));
     }
     let mut tx = db.begin_lazy_write().await?;

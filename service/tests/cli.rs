@@ -297,7 +297,10 @@ fn migrate_reports_and_advances_the_row_format_and_serve_refuses_an_unknown_one(
 
     let (code, text) = migrate(&[]);
     assert_eq!(code, Some(0), "{text}");
-    assert!(text.contains("`compact-history`"), "a new database: {text}");
+    assert!(
+        text.contains("`compact-timeline`"),
+        "a new database: {text}"
+    );
 
     // A database that held runs before 1011 kept its full rows.
     set_format("full");
@@ -309,15 +312,15 @@ fn migrate_reports_and_advances_the_row_format_and_serve_refuses_an_unknown_one(
     );
     let (code, text) = migrate(&["--compact-rows"]);
     assert_eq!(code, Some(0), "{text}");
-    assert!(text.contains("`compact-history`"), "{text}");
+    assert!(text.contains("`compact-timeline`"), "{text}");
     let (_, text) = migrate(&[]);
-    assert!(text.contains("`compact-history`"), "it stays: {text}");
-    // One format behind (a database that held runs before 1013).
-    set_format("compact-runs");
+    assert!(text.contains("`compact-timeline`"), "it stays: {text}");
+    // One format behind (a database that held runs before 1014).
+    set_format("compact-history");
     let (_, text) = migrate(&[]);
     assert!(text.contains("--compact-rows"), "{text}");
     let (_, text) = migrate(&["--compact-rows"]);
-    assert!(text.contains("`compact-history`"), "{text}");
+    assert!(text.contains("`compact-timeline`"), "{text}");
 
     set_format("compact-next");
     let (code, text) = migrate(&[]);

@@ -603,6 +603,7 @@ async fn compact_rows_read_back_as_full_rows_and_leave_out_what_readers_derive()
         let compact = SqlRunStore::new(db.clone()).with_row_format(RowFormat::Compact);
         let runs = SqlRunStore::new(db.clone()).with_row_format(RowFormat::CompactRuns);
         let history = SqlRunStore::new(db.clone()).with_row_format(RowFormat::CompactHistory);
+        let timeline = SqlRunStore::new(db.clone()).with_row_format(RowFormat::CompactTimeline);
         let engine = Engine::<Bundle>::new().unwrap();
         let new_run = |run_id: &str| NewRun {
             // The spec's correlation id is the request id: a column holds it.
@@ -614,6 +615,7 @@ async fn compact_rows_read_back_as_full_rows_and_leave_out_what_readers_derive()
             (&compact, "compact"),
             (&runs, "compact-runs"),
             (&history, "compact-history"),
+            (&timeline, "compact-timeline"),
         ] {
             let run_id = format!("r-{format}");
             store.allocate(&new_run(&run_id)).await.unwrap();
@@ -650,6 +652,8 @@ async fn compact_rows_read_back_as_full_rows_and_leave_out_what_readers_derive()
             (&runs, &full, "r-to-full"),
             (&full, &history, "r-to-compact-history"),
             (&history, &full, "r-history-to-full"),
+            (&history, &timeline, "r-to-compact-timeline"),
+            (&timeline, &history, "r-timeline-to-history"),
         ] {
             let first = first.clone().with_lease_ms(0);
             first.allocate(&new_run(run_id)).await.unwrap();
@@ -660,6 +664,8 @@ async fn compact_rows_read_back_as_full_rows_and_leave_out_what_readers_derive()
                     .await
                     .is_err()
             );
+            // A lease of 0 ms ends after the millisecond it was taken in.
+            tokio::time::sleep(Duration::from_millis(2)).await;
             assert!(then.claim(run_id).await.unwrap(), "{backend}: {run_id}");
             let out = engine
                 .resume(run_id, &ConformancePlanner, &direct, then)
@@ -697,8 +703,12 @@ async fn compact_rows_read_back_as_full_rows_and_leave_out_what_readers_derive()
             ("r-resumed-compact-history", &resumed),
             ("r-to-compact-history", &resumed),
             ("r-history-to-full", &resumed),
+            ("r-compact-timeline", &reference),
+            ("r-resumed-compact-timeline", &resumed),
+            ("r-to-compact-timeline", &resumed),
+            ("r-timeline-to-history", &resumed),
         ] {
-            for reader in [&full, &compact, &runs, &history] {
+            for reader in [&full, &compact, &runs, &history, &timeline] {
                 assert_eq!(
                     &as_read(reader, run_id).await,
                     expected,
@@ -799,9 +809,10 @@ async fn compact_rows_read_back_as_full_rows_and_leave_out_what_readers_derive()
         let catalogs = "SELECT count(*) AS n FROM run_catalogs";
         assert_eq!(count(&db, catalogs).await, 1, "{backend}");
         let naming = "SELECT count(*) AS n FROM runs WHERE catalog_digest IS NOT NULL";
-        // r-compact-runs, r-resumed-compact-runs, r-to-full, r-deployed, and
-        // the three compact-history runs created as such.
-        assert_eq!(count(&db, naming).await, 7, "{backend}");
+        // r-compact-runs, r-resumed-compact-runs, r-to-full, r-deployed, the
+        // three compact-history runs created as such and the four created
+        // compact-history or compact-timeline.
+        assert_eq!(count(&db, naming).await, 11, "{backend}");
         // Transitions by run number: all of a run created compact-history,
         // whichever format's replica wrote them; a run created earlier keeps
         // writing them by id.
@@ -869,6 +880,42 @@ async fn compact_rows_read_back_as_full_rows_and_leave_out_what_readers_derive()
             ledger,
             "{backend}"
         );
+        // A timeline: every transition of a run created compact-timeline is a line
+        // of its row, whichever format's replica committed it; a run created
+        // earlier keeps its rows.
+        let history_of = |run_id: &'static str| {
+            let db = db.clone();
+            async move {
+                db.fetch_optional(
+                    "SELECT history FROM runs WHERE run_id = ?",
+                    &caseops_host::params![run_id],
+                )
+                .await
+                .unwrap()
+                .unwrap()
+                .get::<Option<String>>("history")
+                .unwrap()
+            }
+        };
+        for (run_id, lines) in [
+            ("r-compact-timeline", checkpoints as usize),
+            ("r-resumed-compact-timeline", resumed.1.len()),
+            ("r-timeline-to-history", resumed.1.len()),
+        ] {
+            let history = history_of(run_id).await.unwrap_or_default();
+            assert_eq!(
+                history.lines().count(),
+                lines,
+                "{backend}: {run_id}: {history}"
+            );
+            assert_eq!(by_number(run_id).await, (0, 0), "{backend}: {run_id}");
+        }
+        assert_eq!(history_of("r-to-compact-timeline").await, None, "{backend}");
+        assert_eq!(
+            by_number("r-to-compact-timeline").await.1,
+            resumed.1.len() as i64,
+            "{backend}"
+        );
         let (_, provenance) = stored("r-deployed").await;
         assert!(provenance.starts_with('{'), "{backend}: {provenance}");
         let full_size = stored("r-full").await;
@@ -889,8 +936,13 @@ async fn run_events_left_to_their_rows_publish_and_verify_as_if_written_out_and_
     for (backend, url) in fresh_databases("run_events").await {
         let (db, full, direct) = setup(&url).await;
         let events = SqlRunStore::new(db.clone()).with_row_format(RowFormat::CompactHistory);
+        let linked = SqlRunStore::new(db.clone()).with_row_format(RowFormat::CompactTimeline);
         let engine = Engine::<Bundle>::new().unwrap();
-        for (store, run_id) in [(&full, "e-full"), (&events, "e-events")] {
+        for (store, run_id) in [
+            (&full, "e-full"),
+            (&events, "e-events"),
+            (&linked, "e-linked"),
+        ] {
             let run = NewRun {
                 request_id: Some("q-1".into()),
                 ..new_run(run_id, &format!("{run_id}-key"), "h")
@@ -922,11 +974,26 @@ async fn run_events_left_to_their_rows_publish_and_verify_as_if_written_out_and_
             ["\"resource_id\"", "\"resource_id\""],
             "{backend}: both of the run's events keep only the resource key"
         );
+        assert_eq!(payloads("e-linked").await, payloads("e-events").await);
         let written = payloads("e-full").await;
         assert!(
             written.len() == 2 && written.iter().all(|p| p.starts_with('{')),
             "{backend}: {written:?}"
         );
+        // compact-timeline: no predecessor hash, no outbox subject; both follow.
+        let blank = |sql: &'static str| {
+            let db = db.clone();
+            async move { count(&db, sql).await }
+        };
+        let unlinked =
+            "SELECT count(*) AS n FROM audit_events WHERE run_id = 'e-linked' AND prev_hash = ''";
+        assert_eq!(blank(unlinked).await, 2, "{backend}");
+        let linked_elsewhere =
+            "SELECT count(*) AS n FROM audit_events WHERE run_id <> 'e-linked' AND prev_hash = ''";
+        assert_eq!(blank(linked_elsewhere).await, 0, "{backend}");
+        let subjects = "SELECT count(*) AS n FROM outbox_events o JOIN audit_events a ON a.tenant_id = o.tenant_id AND a.seq = o.seq \
+             WHERE a.run_id = 'e-linked' AND o.subject IS NULL AND o.run_id = ''";
+        assert_eq!(blank(subjects).await, 2, "{backend}");
         assert_eq!(
             audit::verify(&db).await.unwrap().problems,
             Vec::<String>::new(),
@@ -943,6 +1010,7 @@ async fn run_events_left_to_their_rows_publish_and_verify_as_if_written_out_and_
         };
         assert_eq!(data_of("e-events").len(), 2, "{backend}: {published:?}");
         assert_eq!(data_of("e-events"), data_of("e-full"), "{backend}");
+        assert_eq!(data_of("e-linked"), data_of("e-full"), "{backend}");
         // An application's event of its own kind keeps a string payload as
         // written: only the host's run events are ever left to a row.
         audit::append_event(
@@ -1007,6 +1075,33 @@ async fn run_events_left_to_their_rows_publish_and_verify_as_if_written_out_and_
             "{backend}: {:?}",
             v.problems
         );
+        // An event without its predecessor's hash still proves its predecessor:
+        // deleting that one breaks it.
+        let first = count(
+            &db,
+            "SELECT min(seq) AS n FROM audit_events WHERE run_id = 'e-linked'",
+        )
+        .await;
+        db.execute(
+            &format!(
+                "DELETE FROM audit_events WHERE tenant_id = 'tenant-demo' AND seq = {}",
+                first - 1
+            ),
+            &[],
+        )
+        .await
+        .unwrap();
+        let v = audit::verify(&db).await.unwrap();
+        for problem in [
+            format!("event {first} follows {}", first - 2),
+            format!("event {first} was altered"),
+        ] {
+            assert!(
+                v.problems.iter().any(|p| p.contains(&problem)),
+                "{backend}: {problem}: {:?}",
+                v.problems
+            );
+        }
     }
 }
 
@@ -1818,5 +1913,85 @@ async fn the_sql_repository_reads_a_case_with_its_policy_and_documents_as_the_me
             .unwrap()
             .unwrap();
         assert!(!some.is_empty(), "{backend}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_timeline_takes_each_sequence_once_and_only_the_next_one() {
+    for (backend, url) in fresh_databases("timeline_guard").await {
+        let (db, store, direct) = setup(&url).await;
+        let store = store.with_row_format(RowFormat::CompactTimeline);
+        store
+            .allocate(&new_run("r-guard", "r-guard-key", "h"))
+            .await
+            .unwrap();
+        let dying = DiesAt(&store, 3, Default::default());
+        Engine::<Bundle>::new()
+            .unwrap()
+            .start(spec("r-guard"), &ConformancePlanner, &direct, &dying)
+            .await
+            .unwrap_err();
+        let before = store.checkpoints("tenant-demo", "r-guard").await.unwrap();
+        let last = before.last().unwrap().clone();
+        let history = || {
+            let db = db.clone();
+            async move {
+                db.fetch_optional("SELECT history FROM runs WHERE run_id = 'r-guard'", &[])
+                    .await
+                    .unwrap()
+                    .unwrap()
+                    .get::<String>("history")
+                    .unwrap()
+            }
+        };
+        let stored = history().await;
+        let batch = |sequence: u64| caseops_runtime::store::Batch {
+            run_id: "r-guard".into(),
+            point: caseops_runtime::store::CommitPoint::BeforePlanner,
+            spec: None,
+            checkpoints: vec![caseops_runtime::Checkpoint {
+                run_id: "r-guard".into(),
+                sequence,
+                from: last.to.clone(),
+                to: "planning".into(),
+                at_ms: last.at_ms + 5,
+                reason: Some("again".into()),
+                snapshot: Value::Null,
+            }],
+            ledger: vec![],
+            state: "planning".into(),
+            step_count: 1,
+            outcome: None,
+            approval: None,
+        };
+        // A sequence already taken, and one past the next: refused, nothing written.
+        for sequence in [last.sequence, last.sequence + 2] {
+            let err = caseops_runtime::RunStore::commit(&store, batch(sequence)).await;
+            assert!(err.is_err(), "{backend}: sequence {sequence} was taken");
+            assert_eq!(history().await, stored, "{backend}: sequence {sequence}");
+        }
+        caseops_runtime::RunStore::commit(&store, batch(last.sequence + 1))
+            .await
+            .unwrap();
+        let after = store.checkpoints("tenant-demo", "r-guard").await.unwrap();
+        assert_eq!(after.len(), before.len() + 1, "{backend}");
+        let new = after.last().unwrap();
+        assert_eq!(
+            (
+                new.sequence,
+                new.from.as_str(),
+                new.to.as_str(),
+                new.at_ms,
+                new.reason.as_deref()
+            ),
+            (
+                last.sequence + 1,
+                last.to.as_str(),
+                "planning",
+                last.at_ms + 5,
+                Some("again")
+            ),
+            "{backend}"
+        );
     }
 }

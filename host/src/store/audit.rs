@@ -9,6 +9,11 @@ use caseops_runtime::fingerprint::{canonical_json, sha256_hex};
 use serde_json::{Value, json};
 
 pub const RUN_EVENT: &str = "agent.run";
+/// The subject of a run's own events in the outbox.
+pub(crate) fn run_subject(run_id: &str) -> String {
+    format!("agent-runs/{run_id}")
+}
+
 /// The `prev_hash` of a tenant's first event.
 pub const GENESIS: &str = "0000000000000000000000000000000000000000000000000000000000000000";
 
@@ -93,11 +98,12 @@ pub(crate) fn terminal_event<'a>(
             run_id: &outcome.run_id,
             kind: RUN_EVENT,
             topic: names.completed_topic.clone(),
-            subject: format!("agent-runs/{}", outcome.run_id),
+            subject: run_subject(&outcome.run_id),
         },
         payload: terminal_payload(who, names.resource_key, outcome),
         resource_key: Some(names.resource_key),
         stored: None,
+        by_sequence: false,
     }
 }
 
@@ -142,8 +148,7 @@ pub(crate) fn payload_of(
 ) -> Result<Value, String> {
     // Only the host writes these kinds (see `append_event`), so another kind's
     // string payload is the application's own.
-    let run_own = kind == RUN_EVENT || kind == RUN_STARTED_EVENT;
-    if !run_own || !stored.starts_with('"') {
+    if !is_run_own(kind) || !stored.starts_with('"') {
         return serde_json::from_str(stored).map_err(|e| format!("an unreadable payload: {e}"));
     }
     let key: String =
@@ -152,6 +157,11 @@ pub(crate) fn payload_of(
         Rebuild::Missing => format!("its run `{run_id}`, which holds its payload, is missing"),
         Rebuild::Db(e) => e.to_string(),
     })
+}
+
+/// Whether `kind` is one of a run's own two events, which only the host writes.
+pub(crate) fn is_run_own(kind: &str) -> bool {
+    kind == RUN_EVENT || kind == RUN_STARTED_EVENT
 }
 
 enum Rebuild {
@@ -276,11 +286,12 @@ pub(crate) fn started_event<'a>(
             run_id: started.run_id,
             kind: RUN_STARTED_EVENT,
             topic: names.started_topic(),
-            subject: format!("agent-runs/{}", started.run_id),
+            subject: run_subject(started.run_id),
         },
         payload: started_payload(who, names.resource_key, started),
         resource_key: Some(names.resource_key),
         stored: None,
+        by_sequence: false,
     }
 }
 
@@ -324,6 +335,7 @@ pub(crate) async fn fact_events(
         payload: payload.clone(),
         resource_key: None,
         stored: None,
+        by_sequence: false,
     };
     chain_events(db, tx, head, &event).await
 }
@@ -423,6 +435,8 @@ pub(crate) struct Event<'a> {
     resource_key: Option<&'static str>,
     /// What the `payload` column holds, when not the payload itself.
     stored: Option<String>,
+    /// Stored the `compact-timeline` way: see [`Event::linked_by_sequence`].
+    by_sequence: bool,
 }
 
 impl Event<'_> {
@@ -436,6 +450,40 @@ impl Event<'_> {
             self.stored = Some(Value::from(key).to_string());
         }
         self
+    }
+
+    /// The event stored the `compact-timeline` way (migration 1014), on top of
+    /// [`Event::left_to_run`]: its `prev_hash` as '' (it is the hash of the
+    /// event before it in the tenant's chain, which `audit verify` reads anyway)
+    /// and its outbox row's subject as NULL when it is the run's own
+    /// (`agent-runs/RUN`, which the relay rebuilds), and its `run_id` as '' (the
+    /// audit event of its sequence names the run).
+    pub(crate) fn linked_by_sequence(mut self) -> Self {
+        if self.stored.is_some() {
+            self.by_sequence = true;
+        }
+        self
+    }
+
+    /// The `prev_hash` column for an event whose predecessor's hash is `prev`.
+    fn stored_prev<'p>(&self, prev: &'p str) -> &'p str {
+        if self.by_sequence { "" } else { prev }
+    }
+
+    /// The outbox row's `run_id` column: '' where it is the audit event's own
+    /// (the relay joins the event of the row's sequence, which names its run).
+    fn stored_outbox_run(&self) -> &str {
+        if self.by_sequence {
+            ""
+        } else {
+            self.fact.run_id
+        }
+    }
+
+    /// The outbox row's `subject` column.
+    fn stored_subject(&self) -> Option<&str> {
+        let own = self.by_sequence && self.fact.subject == run_subject(self.fact.run_id);
+        (!own).then_some(self.fact.subject.as_str())
     }
 
     fn stored_payload(&self) -> String {
@@ -506,7 +554,7 @@ pub(crate) async fn chain_events(
                 fact.run_id,
                 fact.kind,
                 event.stored_payload(),
-                &prev_hash,
+                event.stored_prev(&prev_hash),
                 &hash,
                 now
             ],
@@ -516,9 +564,9 @@ pub(crate) async fn chain_events(
             params![
                 event_id(),
                 tenant,
-                fact.run_id,
+                event.stored_outbox_run(),
                 &fact.topic,
-                &fact.subject,
+                event.stored_subject(),
                 now,
                 seq
             ],
@@ -552,9 +600,12 @@ pub(crate) fn appended(event: &Event<'_>, gate: &str) -> Vec<(String, Statement)
         ),
         params![tenant, GENESIS, first, lock_key(tenant), content],
     );
+    let prev = if event.by_sequence { "''" } else { "prev_hash" };
     let audit = Statement::new(
-        "INSERT INTO audit_events (tenant_id, seq, event_id, run_id, kind, payload, prev_hash, hash, at_ms) \
-         SELECT ?, seq, ?, ?, ?, ?, prev_hash, hash, ? FROM audit_head",
+        format!(
+            "INSERT INTO audit_events (tenant_id, seq, event_id, run_id, kind, payload, prev_hash, hash, at_ms) \
+         SELECT ?, seq, ?, ?, ?, ?, {prev}, hash, ? FROM audit_head"
+        ),
         params![
             tenant,
             event_id(),
@@ -571,9 +622,9 @@ pub(crate) fn appended(event: &Event<'_>, gate: &str) -> Vec<(String, Statement)
         params![
             event_id(),
             tenant,
-            fact.run_id,
+            event.stored_outbox_run(),
             &fact.topic,
-            &fact.subject,
+            event.stored_subject(),
             now
         ],
     );
@@ -661,7 +712,7 @@ fn verify_rows(rows: &[Row]) -> Result<Verification, DbError> {
     for r in rows {
         let tenant: String = r.get("tenant_id")?;
         let seq: i64 = r.get("seq")?;
-        let prev_hash: String = r.get("prev_hash")?;
+        let stored_prev: String = r.get("prev_hash")?;
         let hash: String = r.get("hash")?;
         let kind: String = r.get("kind")?;
         let run_id: String = r.get("run_id")?;
@@ -680,6 +731,13 @@ fn verify_rows(rows: &[Row]) -> Result<Verification, DbError> {
                 expected_seq - 1
             ));
         }
+        // '' (`compact-timeline`): the hash of the event before it, which the
+        // hash below then covers as a written one would.
+        let prev_hash = if stored_prev.is_empty() {
+            expected_prev.clone()
+        } else {
+            stored_prev
+        };
         if prev_hash != expected_prev {
             v.problems.push(format!(
                 "tenant `{tenant}`: event {seq} does not link to its predecessor"

@@ -9,6 +9,7 @@ pub mod row_format;
 pub mod runs;
 pub mod sessions;
 pub mod sql;
+mod timeline;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -65,6 +66,10 @@ pub enum DbError {
     /// An application appended an event of a kind the host writes itself.
     #[error("event kind `{0}` is the host's own: choose another")]
     ReservedKind(String),
+    /// A commit's transitions were not numbered one after another, which a run
+    /// whose transitions are lines of its row cannot store.
+    #[error("the transitions committed for run `{run_id}` skip a sequence number")]
+    Gap { run_id: String },
     #[error("corrupt row in `{table}`: {message}")]
     Corrupt {
         table: &'static str,
@@ -246,6 +251,12 @@ pub const HOST_MIGRATIONS: &[Migration] = &[
         description: "compact run history",
         sqlite: include_str!("../../migrations/sqlite/1013_compact_run_history.sql"),
         postgres: include_str!("../../migrations/postgres/1013_compact_run_history.sql"),
+    },
+    Migration {
+        version: 1014,
+        description: "compact run timeline",
+        sqlite: include_str!("../../migrations/sqlite/1014_compact_run_timeline.sql"),
+        postgres: include_str!("../../migrations/postgres/1014_compact_run_timeline.sql"),
     },
 ];
 
@@ -700,10 +711,10 @@ mod tests {
             order,
             [
                 1, 3, 4, 5, 1000, 1001, 1003, 1004, 1005, 1006, 1007, 1008, 1009, 1010, 1011, 1012,
-                1013
+                1013, 1014
             ]
         );
-        assert_eq!(latest(&NOTES), 1013);
+        assert_eq!(latest(&NOTES), 1014);
     }
 
     #[tokio::test]
@@ -765,7 +776,7 @@ mod tests {
         assert_eq!(indexes, 2);
     }
 
-    /// 1011, 1012 and 1013 start a new database at the most compact format and leave
+    /// 1011 to 1014 start a new database at the most compact format and leave
     /// one that holds runs where it was: replicas of an earlier version may be
     /// serving it.
     #[test]
@@ -794,10 +805,11 @@ mod tests {
             )
             .unwrap()
         };
-        assert_eq!(format_after(None), "compact-history");
+        assert_eq!(format_after(None), "compact-timeline");
         assert_eq!(format_after(Some(1011)), "full");
         assert_eq!(format_after(Some(1012)), "compact");
         assert_eq!(format_after(Some(1013)), "compact-runs");
+        assert_eq!(format_after(Some(1014)), "compact-history");
     }
 
     /// 1010 rebuilds SQLite's checkpoints without a rowid: every row of a file

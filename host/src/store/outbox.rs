@@ -40,7 +40,7 @@ fn pending_from() -> String {
          a.kind, a.run_id AS audit_run_id, a.payload AS data, {RUN_FACTS} \
          FROM outbox_events o \
          LEFT JOIN audit_events a ON o.payload IS NULL AND a.tenant_id = o.tenant_id AND a.seq = o.seq \
-         LEFT JOIN runs r ON (a.kind = '{RUN_EVENT}' OR {LEFT_TO_RUN}) AND r.run_id = o.run_id"
+         LEFT JOIN runs r ON (a.kind = '{RUN_EVENT}' OR {LEFT_TO_RUN}) AND r.run_id = a.run_id"
     )
 }
 
@@ -91,8 +91,12 @@ fn render(
     let run_id: String = r.get("audit_run_id")?;
     let payload = super::audit::payload_of(r, &kind, &run_id, tenant, &data).map_err(corrupt)?;
     let data = super::audit::outbox_data(&kind, payload, result.as_deref().map(parse).transpose()?);
-    let subject: Option<String> = r.get("subject")?;
-    let subject = subject.unwrap_or_default();
+    // None for a run's own event written `compact-timeline`: the run's subject.
+    let subject = match r.get::<Option<String>>("subject")? {
+        Some(s) => s,
+        None if super::audit::is_run_own(&kind) => super::audit::run_subject(&run_id),
+        None => String::new(),
+    };
     Ok(
         crate::event_types::envelope(event_id, topic, &subject, tenant, created_at, data)
             .to_string(),

@@ -19,6 +19,10 @@
 //! the run's row: see [`super::audit::stored_payload`]. Their hashes cover the
 //! payload as before, so `audit verify` rebuilds it and still proves the chain,
 //! and now the run row's columns it was rebuilt from as well.
+//!
+//! `CompactTimeline` (migration 1014) also keeps a new run's transitions as lines
+//! of text in its own row (`history`), appended by the update each commit makes
+//! anyway: see [`super::timeline`].
 
 use super::{Db, DbError};
 use caseops_runtime::fingerprint::{action_fingerprint, arguments_hash};
@@ -38,11 +42,14 @@ pub enum RowFormat {
     /// `CompactRuns`, and a run's own audit events without the payload its row
     /// holds (1013).
     CompactHistory,
+    /// `CompactHistory`, and a new run's transitions as lines of its own row
+    /// (1014, see [`super::timeline`]).
+    CompactTimeline,
 }
 
 impl RowFormat {
     /// The most compact format this version writes.
-    pub const NEWEST: RowFormat = RowFormat::CompactHistory;
+    pub const NEWEST: RowFormat = RowFormat::CompactTimeline;
 
     /// The database's format, as its `host_settings` row says.
     pub async fn of(db: &Db) -> Result<RowFormat, DbError> {
@@ -57,6 +64,7 @@ impl RowFormat {
             .transpose()?
             .as_deref()
         {
+            Some("compact-timeline") => Ok(RowFormat::CompactTimeline),
             Some("compact-history") => Ok(RowFormat::CompactHistory),
             Some("compact-runs") => Ok(RowFormat::CompactRuns),
             Some("compact") => Ok(RowFormat::Compact),
@@ -77,6 +85,7 @@ impl RowFormat {
             RowFormat::Compact => "compact",
             RowFormat::CompactRuns => "compact-runs",
             RowFormat::CompactHistory => "compact-history",
+            RowFormat::CompactTimeline => "compact-timeline",
         }
     }
 

@@ -4,6 +4,7 @@
 
 use super::row_format::{self, RowFormat, RunColumns};
 use super::sql::{Row, Statement, Tx};
+use super::timeline;
 use super::{Db, DbError, Dialect, audit, now_ms};
 use crate::params;
 use caseops_runtime::store::{Batch, StoreError, StoredRun};
@@ -315,9 +316,22 @@ struct Facts {
     resource_id: String,
     actor: String,
     request_id: Option<String>,
-    /// The run's number (`compact-history`), which keys its transitions; `None`
-    /// for a run created in an earlier format.
+    place: Place,
+}
+
+/// Where a run's history goes, which the run decides by the format it was
+/// created in, not the process that drives it: a run keeps its history in one
+/// place when a replica in another format (of this version, during the restarts
+/// after `migrate --compact-rows`) takes it over.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+struct Place {
+    /// The run's number (`compact-history`), which keys its calls in `run_calls`
+    /// and, without a timeline, its transitions in `run_transitions`; `None` for
+    /// a run created earlier, whose history is keyed by its id.
     number: Option<i64>,
+    /// The run's `created_at` when its transitions are lines of its row
+    /// (`compact-timeline`): they are written as offsets from it.
+    timeline: Option<i64>,
 }
 
 /// Runs in flight in one process stay far below this. Runs that never end here
@@ -326,7 +340,7 @@ struct Facts {
 const REMEMBERED_RUNS: usize = 4096;
 
 impl RunFacts {
-    fn remember(&self, run_id: &str, who: &audit::Who<'_>, number: Option<i64>) {
+    fn remember(&self, run_id: &str, who: &audit::Who<'_>, place: Place) {
         let mut facts = self.0.lock().unwrap_or_else(|e| e.into_inner());
         if facts.len() >= REMEMBERED_RUNS {
             facts.clear();
@@ -338,18 +352,18 @@ impl RunFacts {
                 resource_id: who.resource_id.to_string(),
                 actor: who.actor.to_string(),
                 request_id: who.request_id.map(str::to_string),
-                number,
+                place,
             },
         );
     }
 
-    /// The run's number, if this process remembers the run.
-    fn number(&self, run_id: &str) -> Option<Option<i64>> {
+    /// Where the run's history goes, if this process remembers the run.
+    fn place(&self, run_id: &str) -> Option<Place> {
         self.0
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .get(run_id)
-            .map(|f| f.number)
+            .map(|f| f.place)
     }
 
     fn take(&self, run_id: &str) -> Option<Facts> {
@@ -399,10 +413,10 @@ fn stored_call(run_id: &str, call_id: &str) -> String {
     }
 }
 
-/// A run's checkpoints of `tenant`, from whichever table holds them: by run id
-/// (`checkpoints`), or by run number (`run_transitions`) for a run that has one.
-/// Parameters: tenant, run id, then any the `$more` condition takes, and the same
-/// again. `$snapshot` is the snapshot column of
+/// A run's checkpoints of `tenant`, from wherever they are: by run id
+/// (`checkpoints`), by run number (`run_transitions`) for a run that has one, or
+/// in its row's timeline (`history`). Parameters: tenant, run id, then any the
+/// `$more` condition takes, the same again, then tenant and run id. `$snapshot` is the snapshot column of
 /// `checkpoints`. A compact checkpoint's '' `from_state` is the `to_state` of the
 /// one before it, written in the same statement, so in the same table.
 macro_rules! select_checkpoints {
@@ -419,9 +433,22 @@ macro_rules! select_checkpoints {
              c.to_state, c.at_ms, c.reason, CAST(NULL AS TEXT) AS snapshot \
              FROM run_transitions c JOIN runs r ON r.run_no = c.run_no WHERE r.tenant_id = ? AND r.run_id = ? ",
             $more,
-            "ORDER BY 2"
+            // The run's timeline as one row of sequence -1, read by `checkpoints_of`.
+            "UNION ALL SELECT r.run_id, -1, CAST(NULL AS TEXT), r.history, r.created_at, CAST(NULL AS TEXT), CAST(NULL AS TEXT) \
+             FROM runs r WHERE r.tenant_id = ? AND r.run_id = ? AND r.history <> '' \
+             ORDER BY 2"
         )
     };
+}
+
+/// What [`place`] reads, by run id.
+const PLACE_SQL: &str = "SELECT run_no, CASE WHEN history IS NULL THEN NULL ELSE created_at END AS timeline FROM runs WHERE run_id = ?";
+
+fn place(r: &Row) -> Result<Place, DbError> {
+    Ok(Place {
+        number: r.get("run_no")?,
+        timeline: r.get("timeline")?,
+    })
 }
 
 fn parse_json(text: Option<String>, table: &'static str) -> Result<Option<Value>, DbError> {
@@ -432,6 +459,37 @@ fn parse_json(text: Option<String>, table: &'static str) -> Result<Option<Value>
         })
     })
     .transpose()
+}
+
+/// The checkpoints `select_checkpoints!` read, after sequence `after`, in order:
+/// a timeline row is read into its lines.
+fn checkpoints_of(rows: &[Row], after: u64) -> Result<Vec<Checkpoint>, DbError> {
+    let mut out = Vec::with_capacity(rows.len());
+    let mut timeline = false;
+    for r in rows {
+        if r.get::<i64>("sequence")? >= 0 {
+            out.push(checkpoint(r)?);
+            continue;
+        }
+        let run_id: String = r.get("run_id")?;
+        let history: String = r.get("to_state")?;
+        let lines =
+            timeline::read(&history, r.get("at_ms")?, &run_id).map_err(|e| DbError::Corrupt {
+                table: "runs",
+                message: format!(
+                    "line {} of the history of run `{run_id}`: {}",
+                    e.line, e.message
+                ),
+            })?;
+        out.extend(lines.into_iter().filter(|c| c.sequence > after));
+        timeline = true;
+    }
+    // The timeline row comes first (sequence -1): a run whose transitions are
+    // also in a table (none this version writes) still reads in sequence order.
+    if timeline {
+        out.sort_by_key(|c| c.sequence);
+    }
+    Ok(out)
 }
 
 fn checkpoint(r: &Row) -> Result<Checkpoint, DbError> {
@@ -819,25 +877,29 @@ impl SqlRunStore {
             (true, Dialect::Postgres) => "nextval('run_numbers')",
             (true, Dialect::Sqlite) => "?",
         };
+        // `compact-timeline`: an empty history, to which each commit appends its
+        // transitions.
+        let timeline = self.rows >= RowFormat::CompactTimeline;
+        let history = if timeline { "''" } else { "NULL" };
         let (source, condition) = match resource {
             // `INSERT … SELECT … WHERE`: SQLite needs the `WHERE` before an
             // `ON CONFLICT` anyway, to tell the two apart.
             Some(c) => (
                 format!(
-                    "SELECT ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 'running', 'created', 0, ?, ?, ?, ?, ?, ?, ?, {number} WHERE "
+                    "SELECT ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 'running', 'created', 0, ?, ?, ?, ?, ?, ?, ?, {number}, {history} WHERE "
                 ),
                 c.0,
             ),
             None => (
                 format!(
-                    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 'running', 'created', 0, ?, ?, ?, ?, ?, ?, ?, {number})"
+                    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 'running', 'created', 0, ?, ?, ?, ?, ?, ?, ?, {number}, {history})"
                 ),
                 "",
             ),
         };
         let mut insert = Statement::new(
             format!(
-                "INSERT INTO runs (run_id, tenant_id, resource_id, actor, idempotency_key, request_hash, request_id, goal, planner_kind, model, status, state, step_count, spec, catalog_digest, bundle_digest, created_at, updated_at, lease_owner, lease_expires_at, run_no) \
+                "INSERT INTO runs (run_id, tenant_id, resource_id, actor, idempotency_key, request_hash, request_id, goal, planner_kind, model, status, state, step_count, spec, catalog_digest, bundle_digest, created_at, updated_at, lease_owner, lease_expires_at, run_no, history) \
              {source}{condition} ON CONFLICT (tenant_id, idempotency_key) DO NOTHING"
             ),
             params![
@@ -883,6 +945,9 @@ impl SqlRunStore {
         let mut event = audit::started_event(&who, &self.events, &started);
         if self.rows >= RowFormat::CompactHistory {
             event = event.left_to_run();
+        }
+        if self.rows >= RowFormat::CompactTimeline {
+            event = event.linked_by_sequence();
         }
         // The run and its `started` event commit together, or neither does.
         let (inserted, number) = match self.db.dialect {
@@ -952,7 +1017,11 @@ impl SqlRunStore {
             }
         };
         if inserted == 1 {
-            self.facts.remember(&new.spec.run_id, &who, number);
+            let place = Place {
+                number,
+                timeline: timeline.then_some(now),
+            };
+            self.facts.remember(&new.spec.run_id, &who, place);
             // This request created it: the record is what was just written.
             return Ok(Allocation::New(RunRecord {
                 run_id: new.spec.run_id.clone(),
@@ -1109,10 +1178,10 @@ impl SqlRunStore {
             .db
             .fetch_all(
                 select_checkpoints!("c.snapshot", ""),
-                &params![tenant, run_id, tenant, run_id],
+                &params![tenant, run_id, tenant, run_id, tenant, run_id],
             )
             .await?;
-        rows.iter().map(checkpoint).collect()
+        checkpoints_of(&rows, 0)
     }
 
     /// The transitions of a run of `tenant` after sequence `after`, without their
@@ -1128,16 +1197,25 @@ impl SqlRunStore {
             .db
             .fetch_all(
                 select_checkpoints!("CAST(NULL AS TEXT) AS snapshot", "AND c.sequence > ? "),
-                &params![tenant, run_id, after as i64, tenant, run_id, after as i64],
+                &params![
+                    tenant,
+                    run_id,
+                    after as i64,
+                    tenant,
+                    run_id,
+                    after as i64,
+                    tenant,
+                    run_id
+                ],
             )
             .await?;
-        rows.iter().map(checkpoint).collect()
+        checkpoints_of(&rows, after)
     }
 
     /// The run record's update, fenced by the lease: it changes the row only
     /// while this process holds the run, so a driver that lost its lease (taken
     /// over after it stalled) cannot write beside the new holder.
-    fn fence(&self, batch: &Batch) -> (Statement, Settled) {
+    fn fence(&self, batch: &Batch, place: Place) -> Result<(Statement, Settled), DbError> {
         let status = match (&batch.outcome, &batch.approval) {
             (Some(o), _) => o.status.clone(),
             (None, Some(_)) => "waiting_approval".to_string(),
@@ -1181,9 +1259,32 @@ impl SqlRunStore {
             Some(_) => row_format::provenance_sql(self.rows),
             None => "?",
         };
+        // `compact-timeline`: the transitions are appended to the row, and only
+        // to a row that holds exactly those before them.
+        let append = match place.timeline {
+            Some(created_at) if !batch.checkpoints.is_empty() => Some(
+                timeline::append(&batch.checkpoints, created_at).ok_or_else(|| DbError::Gap {
+                    run_id: batch.run_id.clone(),
+                })?,
+            ),
+            _ => None,
+        };
+        let (history_set, history_guard) = match &append {
+            Some(a) => (
+                match a.endings() {
+                    Some(_) => format!(
+                        "history = history || {}, ",
+                        timeline::Append::choice_sql(self.db.dialect)
+                    ),
+                    None => "history = history || ?, ".to_string(),
+                },
+                format!(" AND {}", timeline::Append::guard_sql(self.db.dialect)),
+            ),
+            None => (String::new(), String::new()),
+        };
         let sql = format!(
-            "UPDATE runs SET state = ?, {status_set}step_count = ?, final_result = ?, provenance = {provenance_sql}, stop_reason = ?, updated_at = ?, {lease_set}snapshot = {snapshot_set} \
-             WHERE run_id = ? AND lease_owner = ? AND status = 'running'"
+            "UPDATE runs SET state = ?, {status_set}step_count = ?, final_result = ?, provenance = {provenance_sql}, stop_reason = ?, updated_at = ?, {lease_set}{history_set}snapshot = {snapshot_set} \
+             WHERE run_id = ? AND lease_owner = ? AND status = 'running'{history_guard}"
         );
         let written = Settled {
             state: batch.state.clone(),
@@ -1211,19 +1312,36 @@ impl SqlRunStore {
             written.stop_reason.clone(),
             now
         ]);
+        if let Some(a) = &append {
+            match a.endings() {
+                Some((n, space, newline)) => values.extend(params![
+                    n,
+                    space,
+                    newline,
+                    a.short.as_str(),
+                    a.long.as_str()
+                ]),
+                None => values.extend(params![a.long.as_str()]),
+            }
+        }
         if batch.outcome.is_none() {
             values.extend(params![snapshot]);
         }
         values.extend(params![&batch.run_id, &self.owner]);
-        (Statement::new(sql, values), written)
+        if let Some(a) = &append {
+            values.extend(params![a.before]);
+        }
+        Ok((Statement::new(sql, values), written))
     }
 
     /// What a batch writes after its fence: checkpoints and ledger rows. `gate` is
     /// the condition under which they are written (PostgreSQL: that the fence
     /// matched, in the same statement; SQLite checks the fence's row count first).
-    fn batch_statements(&self, batch: &Batch, gate: &str, number: Option<i64>) -> Vec<Statement> {
+    fn batch_statements(&self, batch: &Batch, gate: &str, place: Place) -> Vec<Statement> {
+        let number = place.number;
         let mut parts = Vec::with_capacity(batch.ledger.len() + 1);
-        if !batch.checkpoints.is_empty() {
+        // A timeline's transitions went into the row with the fence.
+        if !batch.checkpoints.is_empty() && place.timeline.is_none() {
             // One statement for the batch's checkpoints; the primary key
             // (run_id, sequence) still refuses a duplicated sequence.
             // Their snapshot goes to the run's row (see `fence`).
@@ -1310,25 +1428,16 @@ impl SqlRunStore {
         parts
     }
 
-    /// The run's number, which keys its transitions in `run_transitions` and its
-    /// calls in `run_calls`;
-    /// `None`: it has none, and they go to `checkpoints`. The run decides, not
-    /// this process's format: a run created `compact-history` keeps its history
-    /// in one place when a replica in an earlier format (of this version, during
-    /// the restarts after `migrate --compact-rows`) takes it over.
-    async fn number_of(&self, run_id: &str) -> Result<Option<i64>, DbError> {
-        if let Some(number) = self.facts.number(run_id) {
-            return Ok(number);
+    /// Where the run's history goes (see [`Place`]).
+    async fn place_of(&self, run_id: &str) -> Result<Place, DbError> {
+        if let Some(place) = self.facts.place(run_id) {
+            return Ok(place);
         }
         // Forgotten (or driven without a load here): one read.
-        let row = self
-            .db
-            .fetch_optional("SELECT run_no FROM runs WHERE run_id = ?", &params![run_id])
-            .await?;
-        Ok(row
-            .map(|r| r.get::<Option<i64>>("run_no"))
-            .transpose()?
-            .flatten())
+        let row = self.db.fetch_optional(PLACE_SQL, &params![run_id]).await?;
+        row.map(|r| place(&r))
+            .transpose()
+            .map(Option::unwrap_or_default)
     }
 
     /// A run's `agent.run` event, left to its row (`compact-history`) when the
@@ -1352,7 +1461,12 @@ impl SqlRunStore {
             && round_trips(outcome.final_answer.as_ref())
             && round_trips(outcome.provenance.as_ref())
         {
-            event.left_to_run()
+            let event = event.left_to_run();
+            if self.rows >= RowFormat::CompactTimeline {
+                event.linked_by_sequence()
+            } else {
+                event
+            }
         } else {
             event
         }
@@ -1360,7 +1474,8 @@ impl SqlRunStore {
 
     async fn write(&self, batch: Batch) -> Result<(), DbError> {
         let db = &self.db;
-        let (fence, written) = self.fence(&batch);
+        let place = self.place_of(&batch.run_id).await?;
+        let (fence, written) = self.fence(&batch, place)?;
         let flush = batch.point.must_flush();
         let effects: Vec<&LedgerRow> = batch
             .ledger
@@ -1370,7 +1485,6 @@ impl SqlRunStore {
                     && self.events.write_tools.contains(&r.tool_name.as_str())
             })
             .collect();
-        let number = self.number_of(&batch.run_id).await?;
         // A run that ends or parks here is forgotten either way.
         let facts = (batch.outcome.is_some() || batch.approval.is_some())
             .then(|| self.facts.take(&batch.run_id))
@@ -1381,7 +1495,7 @@ impl SqlRunStore {
             && (batch.outcome.is_none() || facts.is_some())
         {
             // One statement, atomic on its own: one round trip.
-            let mut parts = Statement::numbered(self.batch_statements(&batch, PG_GATE, number));
+            let mut parts = Statement::numbered(self.batch_statements(&batch, PG_GATE, place));
             if let (Some(outcome), Some(facts)) = (&batch.outcome, &facts) {
                 let who = audit::Who {
                     tenant: &facts.tenant,
@@ -1495,7 +1609,7 @@ impl SqlRunStore {
             }
             let held = match db.dialect {
                 Dialect::Postgres => {
-                    let mut parts = self.batch_statements(&batch, PG_GATE, number);
+                    let mut parts = self.batch_statements(&batch, PG_GATE, place);
                     parts.extend(events);
                     let gated = Statement::gated(fence, parts);
                     tx.fetch_all(&gated.sql, &gated.params).await?.len()
@@ -1503,7 +1617,7 @@ impl SqlRunStore {
                 Dialect::Sqlite => {
                     let held = tx.execute(&fence.sql, &fence.params).await? as usize;
                     if held == 1 {
-                        let mut parts = self.batch_statements(&batch, "true", number);
+                        let mut parts = self.batch_statements(&batch, "true", place);
                         parts.extend(events);
                         for part in &parts {
                             tx.execute(&part.sql, &part.params).await?;
@@ -1634,7 +1748,7 @@ impl RunStore for SqlRunStore {
         let row = self
             .db
             .fetch_optional(
-                "SELECT tenant_id, resource_id, actor, request_id, run_no FROM runs WHERE run_id = ?",
+                "SELECT tenant_id, resource_id, actor, request_id, run_no, CASE WHEN history IS NULL THEN NULL ELSE created_at END AS timeline FROM runs WHERE run_id = ?",
                 &params![run_id],
             )
             .await
@@ -1643,8 +1757,8 @@ impl RunStore for SqlRunStore {
             return Ok(None);
         };
         let tenant: String = row.get("tenant_id").map_err(err)?;
-        let number: Option<i64> = row.get("run_no").map_err(err)?;
-        // A loaded run is about to be driven here: its commits need its number,
+        let place = place(&row).map_err(err)?;
+        // A loaded run is about to be driven here: its commits need its place,
         // and its end who it is about.
         let (resource, actor, request_id): (String, String, Option<String>) = (
             row.get("resource_id").map_err(err)?,
@@ -1657,7 +1771,7 @@ impl RunStore for SqlRunStore {
             actor: &actor,
             request_id: request_id.as_deref(),
         };
-        self.facts.remember(run_id, &who, number);
+        self.facts.remember(run_id, &who, place);
         let record = self.get(&tenant, run_id).await.map_err(err)?;
         let mut checkpoints = self.checkpoints(&tenant, run_id).await.map_err(err)?;
         // The newest snapshot is the run's; a run written before it moved there
@@ -1819,7 +1933,7 @@ mod tests {
             request_id: Some("q"),
         };
         for i in 0..=REMEMBERED_RUNS {
-            facts.remember(&format!("run-{i}"), &who, None);
+            facts.remember(&format!("run-{i}"), &who, Place::default());
         }
         // At the bound the older runs were forgotten, not the newest.
         assert_eq!(facts.0.lock().unwrap().len(), 1);

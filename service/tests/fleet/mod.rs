@@ -257,9 +257,10 @@ pub async fn assert_all_runs_exact(database: &str, expected_runs: usize, referen
     let db = Db::connect(database, 2, &caseops_service::reference::SCHEMA)
         .await
         .unwrap();
+    let runs = caseops_host::store::runs::SqlRunStore::new(db.clone());
     let rows = db
         .fetch_all(
-            "SELECT run_id, status, final_result FROM runs ORDER BY run_id",
+            "SELECT run_id, tenant_id, status, final_result FROM runs ORDER BY run_id",
             &[],
         )
         .await
@@ -272,22 +273,17 @@ pub async fn assert_all_runs_exact(database: &str, expected_runs: usize, referen
         let result: Option<String> = row.get("final_result").unwrap();
         let result: Value = serde_json::from_str(&result.unwrap()).unwrap();
         assert_eq!(&result, reference, "run `{run_id}`: the exact C-102 result");
-        let seqs = db
-            .fetch_all(
-                // Either table (`compact-history` keys them by the run's number).
-                "SELECT sequence FROM checkpoints WHERE run_id = ? UNION ALL \
-                 SELECT t.sequence FROM run_transitions t JOIN runs r ON r.run_no = t.run_no WHERE r.run_id = ? \
-                 ORDER BY 1",
-                &[run_id.as_str().into(), run_id.as_str().into()],
-            )
+        // As readers see them, wherever the run's format keeps them.
+        let tenant: String = row.get("tenant_id").unwrap();
+        let seqs: Vec<u64> = runs
+            .checkpoints(&tenant, &run_id)
             .await
-            .unwrap();
+            .unwrap()
+            .iter()
+            .map(|c| c.sequence)
+            .collect();
         for (i, s) in seqs.iter().enumerate() {
-            assert_eq!(
-                s.get::<i64>("sequence").unwrap(),
-                i as i64 + 1,
-                "run `{run_id}`: contiguous checkpoints"
-            );
+            assert_eq!(*s, i as u64 + 1, "run `{run_id}`: contiguous checkpoints");
         }
         assert!(!seqs.is_empty(), "run `{run_id}` has checkpoints");
     }

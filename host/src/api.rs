@@ -15,13 +15,13 @@ use axum::extract::{Path, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
-use caseops_runtime::fingerprint::{canonical_json, sha256_hex};
 use caseops_runtime::{ContractBundle, RunSpec, RunStateEnum};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
 use crate::http::{BodyError, is_json, read_body};
 use crate::metrics::Metrics;
+use crate::store::row_format;
 use crate::store::runs::{Allocation, NewRun, ResourceCondition, RunRecord, SqlRunStore};
 use crate::worker::{Waited, Workers};
 
@@ -506,20 +506,25 @@ async fn start_run(
             "2",
         );
     }
+    // Time-ordered (UUIDv7): a run's rows are keyed by its id, and new ids that
+    // sort after the old ones are appended at the B-trees' right edge instead of
+    // splitting pages anywhere in them.
+    let run_id = format!("run-{}", uuid::Uuid::now_v7());
+    // A request without its own id is known by the run it starts (which the
+    // store then need not write twice).
     let request_id = headers
         .get("x-request-id")
         .and_then(|v| v.to_str().ok())
-        .map(str::to_string)
-        .unwrap_or_else(|| uuid::Uuid::new_v4().to_string());
-    let request_hash = sha256_hex(
-        canonical_json(&json!({ state.contract.resource_id_field: resource_id, "goal": goal, "planner": state.planner_kind }))
-            .as_bytes(),
+        .filter(|v| !v.is_empty())
+        .map_or_else(|| run_id.clone(), str::to_string);
+    let request_hash = row_format::request_hash(
+        state.contract.resource_id_field,
+        &resource_id,
+        goal,
+        state.planner_kind,
     );
     let spec = RunSpec {
-        // Time-ordered (UUIDv7): a run's rows are keyed by its id, and new ids that
-        // sort after the old ones are appended at the B-trees' right edge instead of
-        // splitting pages anywhere in them.
-        run_id: format!("run-{}", uuid::Uuid::now_v7()),
+        run_id,
         tenant_id: who.tenant_id.clone(),
         task_id: format!("task-{}", uuid::Uuid::new_v4()),
         subject: who.actor.clone(),

@@ -298,7 +298,7 @@ fn migrate_reports_and_advances_the_row_format_and_serve_refuses_an_unknown_one(
     let (code, text) = migrate(&[]);
     assert_eq!(code, Some(0), "{text}");
     assert!(
-        text.contains("`compact-timeline`"),
+        text.contains("`compact-requests`"),
         "a new database: {text}"
     );
 
@@ -312,15 +312,15 @@ fn migrate_reports_and_advances_the_row_format_and_serve_refuses_an_unknown_one(
     );
     let (code, text) = migrate(&["--compact-rows"]);
     assert_eq!(code, Some(0), "{text}");
-    assert!(text.contains("`compact-timeline`"), "{text}");
+    assert!(text.contains("`compact-requests`"), "{text}");
     let (_, text) = migrate(&[]);
-    assert!(text.contains("`compact-timeline`"), "it stays: {text}");
-    // One format behind (a database that held runs before 1014).
-    set_format("compact-history");
+    assert!(text.contains("`compact-requests`"), "it stays: {text}");
+    // One format behind (a database that held runs before 1015).
+    set_format("compact-timeline");
     let (_, text) = migrate(&[]);
     assert!(text.contains("--compact-rows"), "{text}");
     let (_, text) = migrate(&["--compact-rows"]);
-    assert!(text.contains("`compact-timeline`"), "{text}");
+    assert!(text.contains("`compact-requests`"), "{text}");
 
     set_format("compact-next");
     let (code, text) = migrate(&[]);

@@ -490,6 +490,7 @@ async fn an_in_process_relay_publishes_at_its_servers_commit_not_at_its_next_pol
         .unwrap();
     let mut messages = consumer.messages().await.unwrap();
     let mut types = Vec::new();
+    let mut request_ids = Vec::new();
     while types.len() < 2 {
         let m = tokio::time::timeout(Duration::from_secs(30), messages.next())
             .await
@@ -498,11 +499,15 @@ async fn an_in_process_relay_publishes_at_its_servers_commit_not_at_its_next_pol
             .unwrap();
         let envelope: Value = serde_json::from_slice(&m.payload).unwrap();
         types.push(envelope["type"].as_str().unwrap().to_string());
+        request_ids.push(envelope["data"]["request_id"].clone());
     }
     assert_eq!(
         types,
         ["case.agent-run.started.v1", "case.agent-run.completed.v1"]
     );
+    // Started without an `X-Request-Id`, the run is its request's id (which its
+    // row does not store twice, and the relay rebuilds).
+    assert_eq!(request_ids, [run["run_id"].clone(), run["run_id"].clone()]);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use caseops_generated::{Bundle, Dispatcher};
 use caseops_host::api::Resources;
-use caseops_host::store::row_format::RowFormat;
+use caseops_host::store::row_format::{self, RowFormat};
 use caseops_host::store::runs::{Allocation, NewRun, SqlRunStore};
 use caseops_host::store::{Db, audit};
 use caseops_runtime::context::PlannerView;
@@ -21,7 +21,7 @@ use caseops_service::planner::ConformancePlanner;
 use caseops_service::reference::{SqlRepository, seed};
 use caseops_service::tools::CaseOpsTools;
 use db_support::fresh_databases;
-use serde_json::Value;
+use serde_json::{Value, json};
 
 /// The envelopes the relay would publish now, in its order (one tenant's here).
 async fn pending_envelopes(db: &Db) -> Vec<Value> {
@@ -604,6 +604,7 @@ async fn compact_rows_read_back_as_full_rows_and_leave_out_what_readers_derive()
         let runs = SqlRunStore::new(db.clone()).with_row_format(RowFormat::CompactRuns);
         let history = SqlRunStore::new(db.clone()).with_row_format(RowFormat::CompactHistory);
         let timeline = SqlRunStore::new(db.clone()).with_row_format(RowFormat::CompactTimeline);
+        let requests = SqlRunStore::new(db.clone()).with_row_format(RowFormat::CompactRequests);
         let engine = Engine::<Bundle>::new().unwrap();
         let new_run = |run_id: &str| NewRun {
             // The spec's correlation id is the request id: a column holds it.
@@ -616,6 +617,7 @@ async fn compact_rows_read_back_as_full_rows_and_leave_out_what_readers_derive()
             (&runs, "compact-runs"),
             (&history, "compact-history"),
             (&timeline, "compact-timeline"),
+            (&requests, "compact-requests"),
         ] {
             let run_id = format!("r-{format}");
             store.allocate(&new_run(&run_id)).await.unwrap();
@@ -654,6 +656,8 @@ async fn compact_rows_read_back_as_full_rows_and_leave_out_what_readers_derive()
             (&history, &full, "r-history-to-full"),
             (&history, &timeline, "r-to-compact-timeline"),
             (&timeline, &history, "r-timeline-to-history"),
+            (&timeline, &requests, "r-to-compact-requests"),
+            (&requests, &timeline, "r-requests-to-timeline"),
         ] {
             let first = first.clone().with_lease_ms(0);
             first.allocate(&new_run(run_id)).await.unwrap();
@@ -707,8 +711,12 @@ async fn compact_rows_read_back_as_full_rows_and_leave_out_what_readers_derive()
             ("r-resumed-compact-timeline", &resumed),
             ("r-to-compact-timeline", &resumed),
             ("r-timeline-to-history", &resumed),
+            ("r-compact-requests", &reference),
+            ("r-resumed-compact-requests", &resumed),
+            ("r-to-compact-requests", &resumed),
+            ("r-requests-to-timeline", &resumed),
         ] {
-            for reader in [&full, &compact, &runs, &history, &timeline] {
+            for reader in [&full, &compact, &runs, &history, &timeline, &requests] {
                 assert_eq!(
                     &as_read(reader, run_id).await,
                     expected,
@@ -810,9 +818,10 @@ async fn compact_rows_read_back_as_full_rows_and_leave_out_what_readers_derive()
         assert_eq!(count(&db, catalogs).await, 1, "{backend}");
         let naming = "SELECT count(*) AS n FROM runs WHERE catalog_digest IS NOT NULL";
         // r-compact-runs, r-resumed-compact-runs, r-to-full, r-deployed, the
-        // three compact-history runs created as such and the four created
-        // compact-history or compact-timeline.
-        assert_eq!(count(&db, naming).await, 11, "{backend}");
+        // three compact-history runs created as such, the four created
+        // compact-history or compact-timeline and the four created
+        // compact-timeline or compact-requests.
+        assert_eq!(count(&db, naming).await, 15, "{backend}");
         // Transitions by run number: all of a run created compact-history,
         // whichever format's replica wrote them; a run created earlier keeps
         // writing them by id.
@@ -1103,6 +1112,143 @@ async fn run_events_left_to_their_rows_publish_and_verify_as_if_written_out_and_
             );
         }
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_known_by_its_own_columns_stores_no_request_hash_or_id_and_reads_both_back() {
+    for (backend, url) in fresh_databases("requests").await {
+        let (db, _, direct) = setup(&url).await;
+        let store = SqlRunStore::new(db.clone())
+            .for_bundle::<Bundle>()
+            .with_row_format(RowFormat::CompactRequests);
+        let engine = Engine::<Bundle>::new().unwrap();
+        let hash_of = |goal: &str| {
+            row_format::request_hash(Bundle::RESOURCE_ID_FIELD, "C-102", goal, "conformance")
+        };
+        // As the API asks: the hash of the request, and no request id of its own.
+        let asked = |run_id: &str, key: &str, request_id: Option<&str>, hash: &str| {
+            let mut run = new_run(run_id, key, hash);
+            run.request_id = request_id.map(str::to_string);
+            run.spec.correlation_id = request_id.unwrap_or_default().to_string();
+            run
+        };
+        let stored = |run_id: &'static str| {
+            let db = db.clone();
+            async move {
+                let row = db
+                    .fetch_optional(
+                        "SELECT request_hash, request_id FROM runs WHERE run_id = ?",
+                        &caseops_host::params![run_id],
+                    )
+                    .await
+                    .unwrap()
+                    .unwrap();
+                (
+                    row.get::<String>("request_hash").unwrap(),
+                    row.get::<Option<String>>("request_id").unwrap(),
+                )
+            }
+        };
+        for (run_id, request_id, hash, on_disk) in [
+            ("q-own", Some("q-own"), hash_of("check"), ("", Some(""))),
+            (
+                "q-given",
+                Some("req-7"),
+                hash_of("check"),
+                ("", Some("req-7")),
+            ),
+            ("q-hash", Some("q-hash"), "h".to_string(), ("h", Some(""))),
+            ("q-empty", Some(""), hash_of("check"), ("", None)),
+            ("q-none", None, hash_of("check"), ("", None)),
+        ] {
+            let run = asked(run_id, &format!("{run_id}-key"), request_id, &hash);
+            let Allocation::New(created) = store.allocate(&run).await.unwrap() else {
+                panic!("{backend}: {run_id} is new");
+            };
+            let out = engine
+                .start(run.spec.clone(), &ConformancePlanner, &direct, &store)
+                .await
+                .unwrap();
+            assert_eq!(out.status, "completed", "{backend}: {out:?}");
+            let (hash_on_disk, id_on_disk) = stored(run_id).await;
+            assert_eq!(
+                (hash_on_disk.as_str(), id_on_disk.as_deref()),
+                on_disk,
+                "{backend}: {run_id}"
+            );
+            // Every reader of this version, whatever it writes, reads what was asked.
+            for reader in [
+                SqlRunStore::new(db.clone()).for_bundle::<Bundle>(),
+                store.clone(),
+            ] {
+                let read = reader.record(run_id).await.unwrap().unwrap();
+                assert_eq!(read.request_hash, hash, "{backend}: {run_id}");
+                assert_eq!(read.spec, created.spec, "{backend}: {run_id}");
+                assert_eq!(
+                    read.spec.as_ref().map(|s| s.correlation_id.as_str()),
+                    Some(run.spec.correlation_id.as_str()),
+                    "{backend}: {run_id}"
+                );
+            }
+        }
+        // A replay is told from another request by the columns the hash covers.
+        let replay = asked("q-again", "q-own-key", Some("q-again"), &hash_of("check"));
+        assert!(
+            matches!(store.allocate(&replay).await.unwrap(), Allocation::Existing(r) if r.run_id == "q-own"),
+            "{backend}"
+        );
+        let other = asked(
+            "q-other",
+            "q-own-key",
+            Some("q-other"),
+            &hash_of("another goal"),
+        );
+        assert!(
+            matches!(
+                store
+                    .allocate(&replay_with_goal(other, "another goal"))
+                    .await
+                    .unwrap(),
+                Allocation::Conflict(_)
+            ),
+            "{backend}"
+        );
+        // The run's events carry the request id rebuilt from the row, and the
+        // chain proves them.
+        assert_eq!(
+            audit::verify(&db).await.unwrap().problems,
+            Vec::<String>::new(),
+            "{backend}"
+        );
+        let published = pending_envelopes(&db).await;
+        let request_ids = |run_id: &str| {
+            published
+                .iter()
+                .filter(|e| e["subject"] == format!("agent-runs/{run_id}"))
+                .map(|e| e["data"]["request_id"].clone())
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(
+            request_ids("q-own"),
+            [json!("q-own"), json!("q-own")],
+            "{backend}"
+        );
+        assert_eq!(
+            request_ids("q-given"),
+            [json!("req-7"), json!("req-7")],
+            "{backend}"
+        );
+        assert_eq!(
+            request_ids("q-empty"),
+            [Value::Null, Value::Null],
+            "{backend}"
+        );
+    }
+}
+
+fn replay_with_goal(mut run: NewRun, goal: &str) -> NewRun {
+    run.spec.goal = goal.into();
+    run
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

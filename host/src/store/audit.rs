@@ -188,7 +188,7 @@ fn rebuilt_payload(
     ) else {
         return Err(Rebuild::Missing);
     };
-    let request_id: Option<String> = row.get("run_request_id")?;
+    let request_id = super::row_format::read_request_id(row.get("run_request_id")?, run_id);
     let who = Who {
         tenant,
         resource_id: &resource,

@@ -258,6 +258,12 @@ pub const HOST_MIGRATIONS: &[Migration] = &[
         sqlite: include_str!("../../migrations/sqlite/1014_compact_run_timeline.sql"),
         postgres: include_str!("../../migrations/postgres/1014_compact_run_timeline.sql"),
     },
+    Migration {
+        version: 1015,
+        description: "compact run requests",
+        sqlite: include_str!("../../migrations/sqlite/1015_compact_run_requests.sql"),
+        postgres: include_str!("../../migrations/postgres/1015_compact_run_requests.sql"),
+    },
 ];
 
 const HOST_TABLES: &[&str] = &[
@@ -711,10 +717,10 @@ mod tests {
             order,
             [
                 1, 3, 4, 5, 1000, 1001, 1003, 1004, 1005, 1006, 1007, 1008, 1009, 1010, 1011, 1012,
-                1013, 1014
+                1013, 1014, 1015
             ]
         );
-        assert_eq!(latest(&NOTES), 1014);
+        assert_eq!(latest(&NOTES), 1015);
     }
 
     #[tokio::test]
@@ -776,7 +782,7 @@ mod tests {
         assert_eq!(indexes, 2);
     }
 
-    /// 1011 to 1014 start a new database at the most compact format and leave
+    /// 1011 to 1015 start a new database at the most compact format and leave
     /// one that holds runs where it was: replicas of an earlier version may be
     /// serving it.
     #[test]
@@ -805,11 +811,12 @@ mod tests {
             )
             .unwrap()
         };
-        assert_eq!(format_after(None), "compact-timeline");
+        assert_eq!(format_after(None), "compact-requests");
         assert_eq!(format_after(Some(1011)), "full");
         assert_eq!(format_after(Some(1012)), "compact");
         assert_eq!(format_after(Some(1013)), "compact-runs");
         assert_eq!(format_after(Some(1014)), "compact-history");
+        assert_eq!(format_after(Some(1015)), "compact-timeline");
     }
 
     /// 1010 rebuilds SQLite's checkpoints without a rowid: every row of a file

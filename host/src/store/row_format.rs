@@ -23,9 +23,15 @@
 //! `CompactTimeline` (migration 1014) also keeps a new run's transitions as lines
 //! of text in its own row (`history`), appended by the update each commit makes
 //! anyway: see [`super::timeline`].
+//!
+//! `CompactRequests` (migration 1015) also stores a new run's `request_hash` and
+//! `request_id` as '' where they are what the row's other columns rebuild: see
+//! [`stored_request`].
 
 use super::{Db, DbError};
-use caseops_runtime::fingerprint::{action_fingerprint, arguments_hash};
+use caseops_runtime::fingerprint::{
+    action_fingerprint, arguments_hash, canonical_json, sha256_hex,
+};
 use caseops_runtime::{Checkpoint, RunSpec};
 use serde_json::{Map, Value};
 
@@ -45,11 +51,14 @@ pub enum RowFormat {
     /// `CompactHistory`, and a new run's transitions as lines of its own row
     /// (1014, see [`super::timeline`]).
     CompactTimeline,
+    /// `CompactTimeline`, and a new run's request hash and request id as ''
+    /// where its other columns rebuild them (1015, see [`stored_request`]).
+    CompactRequests,
 }
 
 impl RowFormat {
     /// The most compact format this version writes.
-    pub const NEWEST: RowFormat = RowFormat::CompactTimeline;
+    pub const NEWEST: RowFormat = RowFormat::CompactRequests;
 
     /// The database's format, as its `host_settings` row says.
     pub async fn of(db: &Db) -> Result<RowFormat, DbError> {
@@ -64,6 +73,7 @@ impl RowFormat {
             .transpose()?
             .as_deref()
         {
+            Some("compact-requests") => Ok(RowFormat::CompactRequests),
             Some("compact-timeline") => Ok(RowFormat::CompactTimeline),
             Some("compact-history") => Ok(RowFormat::CompactHistory),
             Some("compact-runs") => Ok(RowFormat::CompactRuns),
@@ -86,6 +96,7 @@ impl RowFormat {
             RowFormat::CompactRuns => "compact-runs",
             RowFormat::CompactHistory => "compact-history",
             RowFormat::CompactTimeline => "compact-timeline",
+            RowFormat::CompactRequests => "compact-requests",
         }
     }
 
@@ -194,6 +205,71 @@ impl RunColumns<'_> {
             ("correlation_id", self.request_id),
             ("goal", Some(self.goal)),
         ]
+    }
+}
+
+/// What a request to start a run is, as a replay of it must match: its
+/// resource id (under the bundle's `resource_key`), goal and planner. The API
+/// compares this hash to tell a replay from another request under the same
+/// idempotency key.
+pub fn request_hash(resource_key: &str, resource_id: &str, goal: &str, planner: &str) -> String {
+    sha256_hex(
+        canonical_json(
+            &serde_json::json!({ resource_key: resource_id, "goal": goal, "planner": planner }),
+        )
+        .as_bytes(),
+    )
+}
+
+/// A new run's `request_hash` and `request_id` columns. `CompactRequests`: each
+/// '' when a reader rebuilds it exactly — the hash when it is [`request_hash`]
+/// of the run's own columns under `resource_key`, the id when it is the run's
+/// id. Otherwise as given, but for an empty request id, which is stored as none.
+pub(crate) fn stored_request<'a>(
+    format: RowFormat,
+    resource_key: &str,
+    run: &'a super::runs::NewRun,
+) -> (&'a str, Option<&'a str>) {
+    let given = (run.request_hash.as_str(), run.request_id.as_deref());
+    if format < RowFormat::CompactRequests {
+        return given;
+    }
+    let rebuilt = request_hash(
+        resource_key,
+        &run.spec.resource_id,
+        &run.spec.goal,
+        &run.planner_kind,
+    );
+    let hash = if given.0 == rebuilt { "" } else { given.0 };
+    let id = match given.1 {
+        Some(id) if id == run.spec.run_id => Some(""),
+        // '' reads back as the run's id (`create_where` makes it none first).
+        Some("") => None,
+        other => other,
+    };
+    (hash, id)
+}
+
+/// A run's request hash as stored: '' is [`request_hash`] of its columns.
+pub(crate) fn read_request_hash(
+    stored: String,
+    resource_key: &str,
+    resource_id: &str,
+    goal: &str,
+    planner: &str,
+) -> String {
+    if stored.is_empty() {
+        request_hash(resource_key, resource_id, goal, planner)
+    } else {
+        stored
+    }
+}
+
+/// A run's request id as stored: '' is the run's id.
+pub(crate) fn read_request_id(stored: Option<String>, run_id: &str) -> Option<String> {
+    match stored {
+        Some(id) if id.is_empty() => Some(run_id.to_string()),
+        other => other,
     }
 }
 

@@ -83,7 +83,11 @@ pub struct NewRun {
     pub spec: RunSpec,
     pub actor: String,
     pub idempotency_key: String,
+    /// What tells a replay from another request under the same key, normally
+    /// [`row_format::request_hash`] of the run's resource id, goal and planner.
     pub request_hash: String,
+    /// The request's `X-Request-Id`; the API takes the run's id when it has
+    /// none. An empty one is stored as none from `compact-requests` on.
     pub request_id: Option<String>,
     pub planner_kind: String,
     pub model: Option<String>,
@@ -516,13 +520,15 @@ fn status_of(s: &str) -> Result<CallStatus, DbError> {
     })
 }
 
-fn record(row: &Row) -> Result<RunRecord, DbError> {
+/// A run's row as read, its stored request hash rebuilt under `resource_key`.
+fn record(row: &Row, resource_key: &str) -> Result<RunRecord, DbError> {
     let run_id: String = row.get("run_id")?;
     let tenant_id: String = row.get("tenant_id")?;
     let resource_id: String = row.get("resource_id")?;
     let actor: String = row.get("actor")?;
-    let request_id: Option<String> = row.get("request_id")?;
+    let request_id = row_format::read_request_id(row.get("request_id")?, &run_id);
     let goal: String = row.get("goal")?;
+    let planner_kind: String = row.get("planner_kind")?;
     let bundle_digest: String = row.get("bundle_digest")?;
     let spec = row_format::read_spec(
         &row.get::<String>("spec")?,
@@ -536,16 +542,23 @@ fn record(row: &Row) -> Result<RunRecord, DbError> {
         },
         row.get::<Option<String>>("catalog_names")?.as_deref(),
     )?;
+    let request_hash = row_format::read_request_hash(
+        row.get("request_hash")?,
+        resource_key,
+        &resource_id,
+        &goal,
+        &planner_kind,
+    );
     Ok(RunRecord {
         provenance: row_format::read_provenance(row.get("provenance")?, &run_id, &bundle_digest)?,
+        request_hash,
         run_id,
         tenant_id,
         resource_id,
         actor,
         idempotency_key: row.get("idempotency_key")?,
-        request_hash: row.get("request_hash")?,
         goal,
-        planner_kind: row.get("planner_kind")?,
+        planner_kind,
         model: row.get("model")?,
         status: row.get("status")?,
         state: row.get("state")?,
@@ -618,7 +631,9 @@ impl SqlRunStore {
             &params![tenant, filter.status.as_deref(), filter.status.as_deref(), filter.resource_id.as_deref(), filter.resource_id.as_deref(),
                 filter.stop_reason.as_deref(), filter.stop_reason.as_deref(), before_at, before_at, before_at, before_id, limit])
         .await?;
-        rows.iter().map(record).collect()
+        rows.iter()
+            .map(|r| record(r, self.events.resource_key))
+            .collect()
     }
 
     /// The stop reasons among a tenant's latest `recent` runs (what a filter offers).
@@ -671,7 +686,9 @@ impl SqlRunStore {
             .db
             .fetch_optional(select_runs!("WHERE run_id = ?"), &params![run_id])
             .await?;
-        row.as_ref().map(record).transpose()
+        row.as_ref()
+            .map(|r| record(r, self.events.resource_key))
+            .transpose()
     }
 
     /// Writes ledger rows and checkpoints in `rows` (the database's
@@ -855,6 +872,21 @@ impl SqlRunStore {
         new: &NewRun,
         resource: Option<ResourceCondition>,
     ) -> Result<Allocation, DbError> {
+        // `compact-requests` reads a stored '' as the run's id, so an empty
+        // request id is none there, in the row and in every event about it.
+        let without_id;
+        let new =
+            if self.rows >= RowFormat::CompactRequests && new.request_id.as_deref() == Some("") {
+                without_id = NewRun {
+                    request_id: None,
+                    ..new.clone()
+                };
+                &without_id
+            } else {
+                new
+            };
+        let (request_hash, request_id) =
+            row_format::stored_request(self.rows, self.events.resource_key, new);
         let now = now_ms();
         let (spec, catalog) = row_format::stored_spec(
             self.rows,
@@ -908,8 +940,8 @@ impl SqlRunStore {
                 &new.spec.resource_id,
                 &new.actor,
                 &new.idempotency_key,
-                &new.request_hash,
-                &new.request_id,
+                request_hash,
+                request_id,
                 &new.spec.goal,
                 &new.planner_kind,
                 &new.model,
@@ -1071,7 +1103,9 @@ impl SqlRunStore {
     pub async fn by_key(&self, tenant: &str, key: &str) -> Result<Option<RunRecord>, DbError> {
         let sql = select_runs!("WHERE tenant_id = ? AND idempotency_key = ?");
         let row = self.db.fetch_optional(sql, &params![tenant, key]).await?;
-        row.as_ref().map(record).transpose()
+        row.as_ref()
+            .map(|r| record(r, self.events.resource_key))
+            .transpose()
     }
 
     /// A run of `tenant` (another tenant's run is as absent as a missing one).
@@ -1083,7 +1117,9 @@ impl SqlRunStore {
                 &params![tenant, run_id],
             )
             .await?;
-        row.as_ref().map(record).transpose()
+        row.as_ref()
+            .map(|r| record(r, self.events.resource_key))
+            .transpose()
     }
 
     /// The ledger of a run of `tenant` (another tenant's run has none).
@@ -1597,7 +1633,7 @@ impl SqlRunStore {
                     run.get("resource_id")?,
                     run.get("actor")?,
                 );
-                let request_id: Option<String> = run.get("request_id")?;
+                let request_id = row_format::read_request_id(run.get("request_id")?, &batch.run_id);
                 let who = audit::Who {
                     tenant: &tenant,
                     resource_id: &resource,
@@ -1760,11 +1796,11 @@ impl RunStore for SqlRunStore {
         let place = place(&row).map_err(err)?;
         // A loaded run is about to be driven here: its commits need its place,
         // and its end who it is about.
-        let (resource, actor, request_id): (String, String, Option<String>) = (
+        let (resource, actor): (String, String) = (
             row.get("resource_id").map_err(err)?,
             row.get("actor").map_err(err)?,
-            row.get("request_id").map_err(err)?,
         );
+        let request_id = row_format::read_request_id(row.get("request_id").map_err(err)?, run_id);
         let who = audit::Who {
             tenant: &tenant,
             resource_id: &resource,

@@ -599,7 +599,7 @@ pub struct MigrateArgs {
     #[command(flatten)]
     pub db: DbArgs,
     /// Also make the database write compact rows (for the reference agent's
-    /// acceptance run, ≈ 4.9 KB less per run on SQLite): ledger rows, transitions,
+    /// acceptance run, ≈ 5.1 KB less per run on SQLite): ledger rows, transitions,
     /// run rows and a run's own audit and outbox events leave out what a reader
     /// derives from other stored values. Versions before this one cannot read such rows, so run
     /// it only once every replica runs this version; replicas write compact rows

@@ -29,7 +29,13 @@ use caseops_runtime::Checkpoint;
 use serde_json::Value;
 
 /// The state a run is created in: the `FROM` of a first line that names none.
-const INITIAL: &str = "created";
+/// A macro, so that the SQL of [`Append::choice_sql`] is built from it.
+macro_rules! initial {
+    () => {
+        "created"
+    };
+}
+const INITIAL: &str = initial!();
 
 /// What one commit appends to a run's history.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -53,10 +59,18 @@ impl Append {
         // An empty history stands for a run still in its initial state.
         match dialect {
             Dialect::Sqlite => {
-                "CASE WHEN substr(char(10) || COALESCE(NULLIF(history, ''), 'created' || char(10)), -?) IN (?, ?) THEN ? ELSE ? END"
+                concat!(
+                    "CASE WHEN substr(char(10) || COALESCE(NULLIF(history, ''), '",
+                    initial!(),
+                    "' || char(10)), -?) IN (?, ?) THEN ? ELSE ? END"
+                )
             }
             Dialect::Postgres => {
-                "CASE WHEN right(chr(10) || COALESCE(NULLIF(history, ''), 'created' || chr(10)), CAST(? AS INTEGER)) IN (?, ?) THEN ? ELSE ? END"
+                concat!(
+                    "CASE WHEN right(chr(10) || COALESCE(NULLIF(history, ''), '",
+                    initial!(),
+                    "' || chr(10)), CAST(? AS INTEGER)) IN (?, ?) THEN ? ELSE ? END"
+                )
             }
         }
     }

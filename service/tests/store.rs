@@ -1246,6 +1246,70 @@ async fn a_run_known_by_its_own_columns_stores_no_request_hash_or_id_and_reads_b
     }
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_catalog_is_keyed_by_its_digests_prefix_unless_another_catalog_holds_it() {
+    for (backend, url) in fresh_databases("catalog_key").await {
+        let (db, _, _) = setup(&url).await;
+        let store = SqlRunStore::new(db.clone()).with_row_format(RowFormat::NEWEST);
+        let key_of = |run_id: &'static str| {
+            let db = db.clone();
+            async move {
+                db.fetch_optional(
+                    "SELECT catalog_digest FROM runs WHERE run_id = ?",
+                    &caseops_host::params![run_id],
+                )
+                .await
+                .unwrap()
+                .unwrap()
+                .get::<String>("catalog_digest")
+                .unwrap()
+            }
+        };
+        let whole = new_run("k-whole", "k-whole-key", "h");
+        store.allocate(&whole).await.unwrap();
+        let digest = whole.spec.catalog.digest().to_string();
+        assert_eq!(key_of("k-whole").await, digest[..16], "{backend}");
+
+        // Another catalog whose prefix a row already holds (as a collision of
+        // 64 bits would): its runs name it by its whole digest.
+        let mut fewer = new_run("k-fewer", "k-fewer-key", "h");
+        fewer.spec.catalog = Bundle::CATALOG[..2].iter().map(|s| s.to_string()).collect();
+        let other = fewer.spec.catalog.digest().to_string();
+        db.execute(
+            "INSERT INTO run_catalogs (digest, names) VALUES (?, '[\"someone_else\"]')",
+            &caseops_host::params![&other[..16]],
+        )
+        .await
+        .unwrap();
+        store.allocate(&fewer).await.unwrap();
+        let mut again = fewer.clone();
+        again.spec.run_id = "k-fewer-again".into();
+        again.idempotency_key = "k-fewer-again-key".into();
+        store.allocate(&again).await.unwrap();
+        assert_eq!(key_of("k-fewer").await, other, "{backend}");
+        assert_eq!(key_of("k-fewer-again").await, other, "{backend}");
+
+        for (run_id, asked) in [
+            ("k-whole", &whole),
+            ("k-fewer", &fewer),
+            ("k-fewer-again", &again),
+        ] {
+            let read = store.record(run_id).await.unwrap().unwrap();
+            assert_eq!(
+                read.spec.map(|s| s.catalog),
+                Some(asked.spec.catalog.clone()),
+                "{backend}: {run_id}"
+            );
+        }
+        // One row per catalog and key: the two kept, the one held by another.
+        assert_eq!(
+            count(&db, "SELECT count(*) AS n FROM run_catalogs").await,
+            3,
+            "{backend}"
+        );
+    }
+}
+
 fn replay_with_goal(mut run: NewRun, goal: &str) -> NewRun {
     run.spec.goal = goal.into();
     run

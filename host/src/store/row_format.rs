@@ -307,6 +307,41 @@ pub(crate) struct StoredCatalog<'a> {
     pub names: String,
 }
 
+/// How many characters of a catalog's digest key it in `run_catalogs`: 64 bits,
+/// where a database holds a handful of catalogs. [`CATALOG_KEY_SQL`] falls back to
+/// the whole digest when another catalog already holds the prefix.
+const CATALOG_KEY_LEN: usize = 16;
+
+/// SQL for the key a run names its catalog by, in its row and in `run_catalogs`:
+/// the digest's prefix, unless a row under that prefix lists other names, then
+/// the whole digest (a different length, so never another catalog's prefix).
+/// Readers join on the key whatever its length. Parameters:
+/// [`StoredCatalog::key_params`].
+pub(crate) const CATALOG_KEY_SQL: &str = "CASE WHEN EXISTS (SELECT 1 FROM run_catalogs k WHERE k.digest = ? AND k.names <> ?) THEN ? ELSE ? END";
+
+impl StoredCatalog<'_> {
+    fn prefix(&self) -> &str {
+        self.digest.get(..CATALOG_KEY_LEN).unwrap_or(self.digest)
+    }
+
+    /// The parameters of [`CATALOG_KEY_SQL`].
+    pub(crate) fn key_params(&self) -> [super::sql::Param; 4] {
+        crate::params![
+            self.prefix(),
+            self.names.as_str(),
+            self.digest,
+            self.prefix()
+        ]
+    }
+
+    /// The parameters of its `run_catalogs` row: the key's, then the names.
+    pub(crate) fn row_params(&self) -> Vec<super::sql::Param> {
+        let mut params = self.key_params().to_vec();
+        params.extend(crate::params![self.names.as_str()]);
+        params
+    }
+}
+
 /// A stored spec, either format: a field it leaves out is its column's value,
 /// and its catalog the names `run_catalogs` holds for the row's digest.
 pub(crate) fn read_spec(

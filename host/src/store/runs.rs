@@ -386,13 +386,22 @@ impl RunFacts {
 /// costing one small UPDATE per running run every 1.7 s.
 pub const DEFAULT_LEASE_MS: i64 = 5_000;
 
-/// A `compact-runs` run's catalog, stored once per distinct list of names: the
-/// first run that names it inserts it, in the statement or transaction that
-/// creates the run.
-const CATALOG_SQLITE: &str =
-    "INSERT INTO run_catalogs (digest, names) VALUES (?, ?) ON CONFLICT (digest) DO NOTHING";
-const CATALOG_POSTGRES: &str = "INSERT INTO run_catalogs (digest, names) SELECT ?, ? \
-     WHERE EXISTS (SELECT 1 FROM run) ON CONFLICT (digest) DO NOTHING";
+/// A `compact-runs` run's catalog, stored once per distinct list of names under
+/// its key ([`row_format::CATALOG_KEY_SQL`], then the names): the first run that
+/// names it inserts it, in the statement or transaction that creates the run, and
+/// decides its key from the same rows as the run's own column does.
+fn catalog_sql(dialect: Dialect) -> String {
+    let only_with_run = match dialect {
+        // SQLite's upsert needs a `WHERE` after an `INSERT … SELECT`.
+        Dialect::Sqlite => "true",
+        Dialect::Postgres => "EXISTS (SELECT 1 FROM run)",
+    };
+    format!(
+        "INSERT INTO run_catalogs (digest, names) SELECT {}, ? WHERE {only_with_run} \
+         ON CONFLICT (digest) DO NOTHING",
+        row_format::CATALOG_KEY_SQL
+    )
+}
 
 /// PostgreSQL: a fenced batch's writes happen only if its fence matched (see
 /// [`Statement::gated`]).
@@ -913,18 +922,22 @@ impl SqlRunStore {
         // transitions.
         let timeline = self.rows >= RowFormat::CompactTimeline;
         let history = if timeline { "''" } else { "NULL" };
+        let catalog_key = match catalog {
+            Some(_) => row_format::CATALOG_KEY_SQL,
+            None => "NULL",
+        };
         let (source, condition) = match resource {
             // `INSERT … SELECT … WHERE`: SQLite needs the `WHERE` before an
             // `ON CONFLICT` anyway, to tell the two apart.
             Some(c) => (
                 format!(
-                    "SELECT ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 'running', 'created', 0, ?, ?, ?, ?, ?, ?, ?, {number}, {history} WHERE "
+                    "SELECT ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 'running', 'created', 0, ?, {catalog_key}, ?, ?, ?, ?, ?, {number}, {history} WHERE "
                 ),
                 c.0,
             ),
             None => (
                 format!(
-                    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 'running', 'created', 0, ?, ?, ?, ?, ?, ?, ?, {number}, {history})"
+                    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 'running', 'created', 0, ?, {catalog_key}, ?, ?, ?, ?, ?, {number}, {history})"
                 ),
                 "",
             ),
@@ -945,15 +958,19 @@ impl SqlRunStore {
                 &new.spec.goal,
                 &new.planner_kind,
                 &new.model,
-                spec,
-                catalog.as_ref().map(|c| c.digest),
-                &new.bundle_digest,
-                now,
-                now,
-                &self.owner,
-                now + self.lease_ms
+                spec
             ],
         );
+        if let Some(c) = &catalog {
+            insert.params.extend(c.key_params());
+        }
+        insert.params.extend(params![
+            &new.bundle_digest,
+            now,
+            now,
+            &self.owner,
+            now + self.lease_ms
+        ]);
         // SQLite's number goes here, before the condition's parameters: the
         // transaction below reads it first.
         let number_at = insert.params.len();
@@ -995,10 +1012,7 @@ impl SqlRunStore {
                 if let Some(c) = &catalog {
                     parts.push((
                         "catalog".to_string(),
-                        Statement::new(
-                            CATALOG_POSTGRES.to_string(),
-                            params![c.digest, c.names.as_str()],
-                        ),
+                        Statement::new(catalog_sql(Dialect::Postgres), c.row_params()),
                     ));
                 }
                 parts.extend(audit::appended(&event, "EXISTS (SELECT 1 FROM run)"));
@@ -1034,7 +1048,7 @@ impl SqlRunStore {
                 }
                 let inserted = tx.execute(&insert.sql, &insert.params).await? as usize;
                 if let (1, Some(c)) = (inserted, &catalog) {
-                    tx.execute(CATALOG_SQLITE, &params![c.digest, c.names.as_str()])
+                    tx.execute(&catalog_sql(Dialect::Sqlite), &c.row_params())
                         .await?;
                 }
                 if inserted == 1 {

@@ -180,6 +180,9 @@ async fn tenant_for_log(
 /// valid goal can need 24,000 bytes before the JSON around it.
 pub const MAX_START_BODY_BYTES: usize = 32 * 1024;
 
+/// The longest `X-Request-Id` a run request may send (and the request log writes).
+pub const MAX_REQUEST_ID_LEN: usize = 200;
+
 /// An RFC 9457 problem.
 pub fn problem(status: StatusCode, title: &str, detail: &str) -> Response {
     let body = json!({
@@ -418,6 +421,22 @@ async fn start_run(
             );
         }
     };
+    // Stored with the run and in its events: bounded like the key, and never
+    // silently dropped (the request log leaves out a longer one).
+    let asked_request_id = match headers.get("x-request-id").map(|v| v.to_str()) {
+        None => None,
+        Some(Ok("")) => None,
+        Some(Ok(id)) if id.len() <= MAX_REQUEST_ID_LEN => Some(id.to_string()),
+        Some(_) => {
+            return problem(
+                StatusCode::UNPROCESSABLE_ENTITY,
+                "Unprocessable Entity",
+                &format!(
+                    "X-Request-Id is invalid: it must be at most {MAX_REQUEST_ID_LEN} characters of printable ASCII"
+                ),
+            );
+        }
+    };
     let body = match read_body(body, MAX_START_BODY_BYTES, state.body_read).await {
         Ok(b) => b,
         Err(BodyError::TooLarge) => {
@@ -512,11 +531,7 @@ async fn start_run(
     let run_id = format!("run-{}", uuid::Uuid::now_v7());
     // A request without its own id is known by the run it starts (which the
     // store then need not write twice).
-    let request_id = headers
-        .get("x-request-id")
-        .and_then(|v| v.to_str().ok())
-        .filter(|v| !v.is_empty())
-        .map_or_else(|| run_id.clone(), str::to_string);
+    let request_id = asked_request_id.unwrap_or_else(|| run_id.clone());
     let request_hash = row_format::request_hash(
         state.contract.resource_id_field,
         &resource_id,
@@ -890,6 +905,7 @@ fn openapi(contract: &RunContract) -> Value {
                     { "name": field, "in": "path", "required": true, "schema": { "type": "string" } },
                     { "name": "Idempotency-Key", "in": "header", "required": true, "schema": { "type": "string", "minLength": 8, "maxLength": 120, "pattern": "^[A-Za-z0-9._:-]+$" } },
                     { "name": "Prefer", "in": "header", "required": false, "description": "RFC 7240: `respond-async` and/or `wait=N` (seconds).", "schema": { "type": "string" } },
+                    { "name": "X-Request-Id", "in": "header", "required": false, "description": "The request's id, in the run's events and the request log; without one (or with an empty one) the run's id is the request's.", "schema": { "type": "string", "maxLength": 200 } },
                 ],
                 "requestBody": { "required": true, "content": { "application/json": { "schema": { "$ref": "#/components/schemas/StartRun" } } } },
                 "responses": {

@@ -121,7 +121,7 @@ pub async fn request_line(listener: &'static str, request: Request, next: Next) 
         .headers()
         .get("x-request-id")
         .and_then(|v| v.to_str().ok())
-        .filter(|v| v.len() <= 200)
+        .filter(|v| v.len() <= crate::api::MAX_REQUEST_ID_LEN)
         .map(str::to_string);
     let span = tracing::info_span!(
         "request",

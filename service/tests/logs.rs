@@ -180,3 +180,30 @@ fn an_unknown_log_level_is_refused_with_its_flag_named() {
     assert_eq!(out.status.code(), Some(1), "{stderr}");
     assert!(stderr.contains("--log-level `loud`"), "{stderr}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_id_over_200_characters_is_refused_before_any_run_and_one_of_200_is_taken() {
+    let dbs = db_support::fresh_databases("logs_request_id").await;
+    let server = serve(dbs.sqlite(), &[]);
+    let http = reqwest::Client::new();
+    let start = |request_id: String| {
+        http.post(format!("{}/v1/cases/C-102/agent-runs", server.api))
+            .header("x-api-key", API_KEY)
+            .header("idempotency-key", "logs-request-id-0001")
+            .header("x-request-id", request_id)
+            .json(&json!({"goal": "Check C-102."}))
+            .send()
+    };
+    let refused = start("r".repeat(201)).await.unwrap();
+    assert_eq!(refused.status(), 422);
+    let problem: Value = refused.json().await.unwrap();
+    assert!(
+        problem["detail"]
+            .as_str()
+            .is_some_and(|d| d.contains("X-Request-Id") && d.contains("200")),
+        "{problem}"
+    );
+    // The refusal created nothing: the same key starts a new run.
+    let taken = start("r".repeat(200)).await.unwrap();
+    assert_eq!(taken.status(), 201);
+}

@@ -540,6 +540,17 @@ async fn count(db: &Db, sql: &str) -> i64 {
         .unwrap()
 }
 
+/// Columns of run `run_id`'s row as stored, not as a reader rebuilds them.
+async fn stored_row(db: &Db, columns: &str, run_id: &str) -> caseops_host::store::sql::Row {
+    db.fetch_optional(
+        &format!("SELECT {columns} FROM runs WHERE run_id = ?"),
+        &caseops_host::params![run_id],
+    )
+    .await
+    .unwrap()
+    .unwrap_or_else(|| panic!("no run `{run_id}`"))
+}
+
 /// Run `run_id` on `url` until its process stops mid-run (at the fourth commit).
 async fn stopped_mid_run(url: &str, run_id: &str) -> (Db, SqlRunStore, Direct) {
     let (db, store, direct) = setup(url).await;
@@ -770,14 +781,7 @@ async fn compact_rows_read_back_as_full_rows_and_leave_out_what_readers_derive()
         let stored = |run_id: &'static str| {
             let db = db.clone();
             async move {
-                let row = db
-                    .fetch_optional(
-                        "SELECT spec, provenance FROM runs WHERE run_id = ?",
-                        &caseops_host::params![run_id],
-                    )
-                    .await
-                    .unwrap()
-                    .unwrap();
+                let row = stored_row(&db, "spec, provenance", run_id).await;
                 (
                     row.get::<String>("spec").unwrap(),
                     row.get::<String>("provenance").unwrap(),
@@ -1132,23 +1136,6 @@ async fn a_run_known_by_its_own_columns_stores_no_request_hash_or_id_and_reads_b
             run.spec.correlation_id = request_id.unwrap_or_default().to_string();
             run
         };
-        let stored = |run_id: &'static str| {
-            let db = db.clone();
-            async move {
-                let row = db
-                    .fetch_optional(
-                        "SELECT request_hash, request_id FROM runs WHERE run_id = ?",
-                        &caseops_host::params![run_id],
-                    )
-                    .await
-                    .unwrap()
-                    .unwrap();
-                (
-                    row.get::<String>("request_hash").unwrap(),
-                    row.get::<Option<String>>("request_id").unwrap(),
-                )
-            }
-        };
         for (run_id, request_id, hash, on_disk) in [
             ("q-own", Some("q-own"), hash_of("check"), ("", Some(""))),
             (
@@ -1170,7 +1157,11 @@ async fn a_run_known_by_its_own_columns_stores_no_request_hash_or_id_and_reads_b
                 .await
                 .unwrap();
             assert_eq!(out.status, "completed", "{backend}: {out:?}");
-            let (hash_on_disk, id_on_disk) = stored(run_id).await;
+            let row = stored_row(&db, "request_hash, request_id", run_id).await;
+            let (hash_on_disk, id_on_disk): (String, Option<String>) = (
+                row.get("request_hash").unwrap(),
+                row.get("request_id").unwrap(),
+            );
             assert_eq!(
                 (hash_on_disk.as_str(), id_on_disk.as_deref()),
                 on_disk,
@@ -1197,18 +1188,11 @@ async fn a_run_known_by_its_own_columns_stores_no_request_hash_or_id_and_reads_b
             matches!(store.allocate(&replay).await.unwrap(), Allocation::Existing(r) if r.run_id == "q-own"),
             "{backend}"
         );
-        let other = asked(
-            "q-other",
-            "q-own-key",
-            Some("q-other"),
-            &hash_of("another goal"),
-        );
+        let mut other = asked("q-other", "q-own-key", Some("q-other"), &hash_of("other"));
+        other.spec.goal = "other".into();
         assert!(
             matches!(
-                store
-                    .allocate(&replay_with_goal(other, "another goal"))
-                    .await
-                    .unwrap(),
+                store.allocate(&other).await.unwrap(),
                 Allocation::Conflict(_)
             ),
             "{backend}"
@@ -1254,15 +1238,10 @@ async fn a_catalog_is_keyed_by_its_digests_prefix_unless_another_catalog_holds_i
         let key_of = |run_id: &'static str| {
             let db = db.clone();
             async move {
-                db.fetch_optional(
-                    "SELECT catalog_digest FROM runs WHERE run_id = ?",
-                    &caseops_host::params![run_id],
-                )
-                .await
-                .unwrap()
-                .unwrap()
-                .get::<String>("catalog_digest")
-                .unwrap()
+                stored_row(&db, "catalog_digest", run_id)
+                    .await
+                    .get::<String>("catalog_digest")
+                    .unwrap()
             }
         };
         let whole = new_run("k-whole", "k-whole-key", "h");
@@ -1308,11 +1287,6 @@ async fn a_catalog_is_keyed_by_its_digests_prefix_unless_another_catalog_holds_i
             "{backend}"
         );
     }
-}
-
-fn replay_with_goal(mut run: NewRun, goal: &str) -> NewRun {
-    run.spec.goal = goal.into();
-    run
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -11,7 +11,7 @@ use clap::{Args, Subcommand, ValueEnum};
 use serde_json::{Value, json};
 
 use crate::api::ApiPrincipal;
-use crate::host::{DEV_SIGNING_KEY, HostConfig, Only, RunningHost};
+use crate::host::{DEV_SIGNING_KEY, HostConfig, McpTransport, Only, RunningHost};
 use crate::store::row_format::RowFormat;
 use crate::store::runs::SqlRunStore;
 use crate::store::{AppSchema, Db, audit, redact};
@@ -106,6 +106,13 @@ impl DbArgs {
     }
 }
 
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, ValueEnum)]
+pub enum McpTransportArg {
+    #[default]
+    Http,
+    InProcess,
+}
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum OnlyArg {
     Api,
@@ -136,6 +143,18 @@ pub struct ServeArgs {
     /// `2026-07-28` or `2025-11-25` insist on one.
     #[arg(long, env = "CASEOPS_MCP_ERA", default_value = "auto")]
     pub mcp_era: crate::mcp::era::Preference,
+    /// How the runs' executor reaches the MCP server of this same process: `http`
+    /// goes through its listener, as a separate API would; `in-process` hands each
+    /// request to the server without a socket. Both make every check of the tool
+    /// plane (Host, task token, scopes, Cedar, schemas); `in-process` spares the
+    /// HTTP and system-call work of each tool call. Not with `--only api`.
+    #[arg(
+        long,
+        env = "CASEOPS_MCP_TRANSPORT",
+        value_enum,
+        default_value = "http"
+    )]
+    pub mcp_transport: McpTransportArg,
     /// The URL clients reach this MCP server at, when it is not the bind address
     /// (another host, a port-forward, a proxy): the task tokens' audience and what
     /// its challenges and metadata advertise. Required with an all-interfaces bind.
@@ -372,6 +391,17 @@ impl ServeArgs {
             }
         }
         let keys = keys.unwrap_or(dev_keys);
+        let only = self.only.map(|o| match o {
+            OnlyArg::Api => Only::Api,
+            OnlyArg::Mcp => Only::Mcp,
+        });
+        let mcp_transport = match self.mcp_transport {
+            McpTransportArg::Http => McpTransport::Http,
+            McpTransportArg::InProcess => McpTransport::InProcess,
+        };
+        if let Some(why) = mcp_transport.refusal(only) {
+            return Err(why.into());
+        }
         Ok(HostConfig {
             database_url: database,
             schema: cli.schema,
@@ -381,14 +411,12 @@ impl ServeArgs {
             keys,
             mcp_url: self.mcp_url.clone(),
             mcp_era: self.mcp_era,
+            mcp_transport,
             mcp_public_url: self.mcp_public_url.clone(),
             allowed_hosts: self.allowed_hosts.clone(),
             allowed_origins: self.allowed_origins.clone(),
             token_issuer: self.token_issuer.clone(),
-            only: self.only.map(|o| match o {
-                OnlyArg::Api => Only::Api,
-                OnlyArg::Mcp => Only::Mcp,
-            }),
+            only,
             lease_ms: (self.lease_seconds.max(1) * 1000) as i64,
             approval_ttl: Duration::from_secs(self.approval_ttl_seconds.max(1)),
             workers: self.workers,

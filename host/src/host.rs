@@ -26,6 +26,26 @@ pub enum Only {
     Mcp,
 }
 
+/// How the runs' executor reaches the tool server when this process serves both.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum McpTransport {
+    /// Over HTTP to the server's public URL, as a separate API process would.
+    #[default]
+    Http,
+    /// Handed to the server's router in this process, without a socket: the same
+    /// requests and checks, less system and HTTP work per call.
+    InProcess,
+}
+
+impl McpTransport {
+    /// Why this transport cannot serve a process that serves `only`, if it cannot.
+    pub fn refusal(self, only: Option<Only>) -> Option<&'static str> {
+        (self == McpTransport::InProcess && only == Some(Only::Api)).then_some(
+            "`--mcp-transport in-process` needs the mcp server in this process: drop `--only api`, or use `--mcp-transport http`",
+        )
+    }
+}
+
 #[derive(Debug, Clone)]
 pub struct HostConfig {
     pub database_url: String,
@@ -39,6 +59,8 @@ pub struct HostConfig {
     pub mcp_url: Option<String>,
     /// Which MCP era the executor speaks to the tool server.
     pub mcp_era: crate::mcp::era::Preference,
+    /// How the executor reaches a tool server in this process.
+    pub mcp_transport: McpTransport,
     /// The URL clients reach this process's MCP server at: the token audience, and
     /// what its challenges and metadata advertise (default `http://<mcp bind>/mcp`).
     pub mcp_public_url: Option<String>,
@@ -245,6 +267,7 @@ where
 
     let mut mcp_addr = None;
     let mut mcp = None;
+    let mut mcp_router = None;
     let mcp_url = if let Some(listener) = mcp_listener {
         let addr = listener
             .local_addr()
@@ -264,12 +287,11 @@ where
         let url = mcp_config.resource_url.clone();
         let server = McpServer::<B, _>::new(mcp_config, &key, (app.tools)(&db))
             .map_err(|e| HostError::Setup(e.to_string()))?;
-        mcp = Some(Server::spawn(
-            "mcp",
-            listener,
-            server.router(),
-            config.limits,
-        ));
+        let router = server.router();
+        if config.mcp_transport == McpTransport::InProcess {
+            mcp_router = Some(router.clone());
+        }
+        mcp = Some(Server::spawn("mcp", listener, router, config.limits));
         mcp_addr = Some(addr);
         url
     } else {
@@ -309,10 +331,21 @@ where
             std::time::Duration::from_secs(u64::from(engine.budgets().max_wall_clock_seconds));
         let planner_kind = app.planner.kind();
         let planner_model = app.planner.model();
+        let executor = match (config.mcp_transport, mcp_router) {
+            (McpTransport::Http, _) => McpClient::<B>::new(mcp_url.clone(), issuer),
+            (McpTransport::InProcess, Some(router)) => {
+                McpClient::<B>::in_process(mcp_url.clone(), issuer, router)
+                    .map_err(HostError::Setup)?
+            }
+            (McpTransport::InProcess, None) => {
+                let why = McpTransport::InProcess.refusal(Some(Only::Api));
+                return Err(HostError::Setup(why.unwrap_or_default().into()));
+            }
+        };
         let driver = Driver {
             engine,
             planner: app.planner,
-            executor: McpClient::<B>::new(mcp_url.clone(), issuer).with_preference(config.mcp_era),
+            executor: executor.with_preference(config.mcp_era),
         };
         let pool = Workers::start(
             driver,

@@ -121,6 +121,7 @@ async fn through_api(url: &str, runs: usize) -> Vec<f64> {
             keys: dev_keys(),
             mcp_url: None,
             mcp_era: Default::default(),
+            mcp_transport: Default::default(),
             mcp_public_url: None,
             allowed_hosts: Vec::new(),
             allowed_origins: Vec::new(),

@@ -364,6 +364,7 @@ async fn demo(database: Option<String>) -> Result<(), String> {
             keys: dev_keys(),
             mcp_url: None,
             mcp_era: Default::default(),
+            mcp_transport: Default::default(),
             mcp_public_url: None,
             allowed_hosts: Vec::new(),
             allowed_origins: Vec::new(),

@@ -266,6 +266,33 @@ fn an_unknown_mcp_era_names_the_flag_and_the_eras_there_are() {
     );
 }
 
+#[test]
+fn the_in_process_mcp_transport_is_refused_for_an_api_without_its_mcp_server() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = caseops(
+        dir.path(),
+        &[
+            "serve",
+            "--only",
+            "api",
+            "--mcp-url",
+            "http://127.0.0.1:9/mcp",
+            "--mcp-transport",
+            "in-process",
+        ],
+    );
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("`--mcp-transport in-process` needs the mcp server in this process"),
+        "{err}"
+    );
+    assert!(
+        std::fs::read_dir(dir.path()).unwrap().next().is_none(),
+        "nothing created"
+    );
+}
+
 /// `migrate` names the row format; `--compact-rows` moves a database that holds
 /// runs to the newest one; a format this version does not know (a newer
 /// version's) stops `migrate` and `serve` instead of being misread.

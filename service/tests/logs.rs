@@ -137,6 +137,40 @@ async fn json_logs_hold_one_line_per_request_and_every_state_change_without_secr
     }
 }
 
+/// Handed to the tool server without a socket, a run's calls still pass through
+/// its request handling: one request line per call, as the run's tenant.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_over_the_in_process_transport_logs_each_tool_call_on_the_mcp_listener() {
+    let dbs = db_support::fresh_databases("logs_in_process").await;
+    let server = serve(
+        dbs.sqlite(),
+        &["--log-format", "json", "--mcp-transport", "in-process"],
+    );
+    let run: Value = reqwest::Client::new()
+        .post(format!("{}/v1/cases/C-102/agent-runs", server.api))
+        .header("x-api-key", API_KEY)
+        .header("idempotency-key", "logs-in-process-0001")
+        .json(&json!({"goal": "Check C-102."}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(run["status"], "completed", "{run}");
+    assert_eq!(run["step_count"], 4, "{run}");
+    let calls = |lines: &[String]| {
+        events(lines)
+            .into_iter()
+            .filter(|e| e["message"] == "request" && e["listener"] == "mcp")
+            .filter(|e| e["route"] == "/mcp" && e["status"] == 200)
+            .filter(|e| e["tenant"] == "tenant-demo")
+            .count()
+    };
+    let lines = logged_until(&server, |l| calls(l) >= 4).await;
+    assert!(calls(&lines) >= 4, "{lines:#?}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn text_logs_at_info_leave_out_state_changes() {
     let dbs = db_support::fresh_databases("logs_text").await;

@@ -6,6 +6,7 @@ mod mcp_support;
 use std::collections::VecDeque;
 use std::sync::Mutex;
 
+use axum::response::IntoResponse;
 use caseops_generated::Bundle;
 use caseops_host::mcp::client::{McpClient, ReadinessError, compare_listings};
 use caseops_host::mcp::era::Preference;
@@ -58,6 +59,26 @@ async fn the_runtime_runs_c102_through_the_mcp_server_in_either_era() {
     ] {
         let client =
             McpClient::<Bundle>::new(s.url.clone(), s.issuer.clone()).with_preference(preference);
+        client
+            .check_listing()
+            .await
+            .expect("listing matches the compiled one");
+        assert_eq!(client.protocol_version().await.as_deref(), Some(version));
+        run_c102(&client).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_runtime_runs_c102_through_the_in_process_server_in_either_era() {
+    let s = start().await;
+    for (preference, version) in [
+        (Preference::Auto, "2026-07-28"),
+        (Preference::Handshake, "2025-11-25"),
+    ] {
+        let client =
+            McpClient::<Bundle>::in_process(s.url.clone(), s.issuer.clone(), s.router.clone())
+                .unwrap()
+                .with_preference(preference);
         client
             .check_listing()
             .await
@@ -188,10 +209,23 @@ fn ctx(tenant: &str, case: &str, scopes: &[&str]) -> CallContext {
     }
 }
 
+/// The same client over HTTP and handed to the server's router.
+fn both_transports(s: &TestServer) -> [McpClient<Bundle>; 2] {
+    [
+        McpClient::<Bundle>::new(s.url.clone(), s.issuer.clone()),
+        McpClient::<Bundle>::in_process(s.url.clone(), s.issuer.clone(), s.router.clone()).unwrap(),
+    ]
+}
+
 #[tokio::test]
-async fn the_client_classifies_errors_by_class() {
+async fn the_client_classifies_errors_by_class_over_either_transport() {
     let s = start().await;
-    let client = McpClient::<Bundle>::new(s.url.clone(), s.issuer.clone());
+    for client in both_transports(&s) {
+        classifies_errors_by_class(&client).await;
+    }
+}
+
+async fn classifies_errors_by_class(client: &McpClient<Bundle>) {
     let e = client
         .execute(&tool_call(
             "caseops_get_case_snapshot",
@@ -261,6 +295,43 @@ async fn an_unreachable_server_is_a_transient_error() {
     ));
 }
 
+/// A tool handler that panics in a server of the same process ends its request,
+/// as a dropped connection would: the call is unanswered (a transient error for a
+/// read), and the client and its caller go on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tool_handler_that_panics_in_process_leaves_the_call_unanswered_not_the_caller_dead() {
+    let s = start().await;
+    let handler = |body: axum::body::Bytes| async move {
+        let message: Value = serde_json::from_slice(&body).unwrap();
+        match message["method"].as_str() {
+            Some("initialize") => axum::Json(json!({"jsonrpc": "2.0", "id": message["id"],
+                "result": {"protocolVersion": "2025-11-25", "capabilities": {},
+                    "serverInfo": {"name": "panicking", "version": "0"}}}))
+            .into_response(),
+            Some("tools/call") => panic!("the tool handler failed"),
+            _ => axum::http::StatusCode::ACCEPTED.into_response(),
+        }
+    };
+    let router = axum::Router::new().route("/mcp", axum::routing::post(handler));
+    let client = McpClient::<Bundle>::in_process(s.url.clone(), s.issuer.clone(), router)
+        .unwrap()
+        .with_preference(Preference::Handshake);
+    for _ in 0..2 {
+        let e = client
+            .execute(&tool_call(
+                "caseops_get_case_snapshot",
+                json!({"case_id": "C-102"}),
+                ctx("tenant-demo", "C-102", ALL_SCOPES),
+            ))
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(e, ExecError::Transient { ref code, .. } if code == "MCP_NO_ANSWER"),
+            "{e:?}"
+        );
+    }
+}
+
 #[tokio::test]
 async fn the_task_token_cache_stays_bounded_however_many_runs_pass() {
     let s = start().await;
@@ -296,9 +367,15 @@ async fn the_task_token_cache_stays_bounded_however_many_runs_pass() {
 
 #[tokio::test]
 async fn a_request_the_tool_server_refuses_for_its_host_is_not_a_scope_denial() {
-    // A tool server that accepts no Host the client sends: a deployment fault.
+    // A tool server that accepts no Host the client sends: a deployment fault. The
+    // in-process client is refused alike: the router checks what the socket would.
     let s = start_with(|c| c.allowed_hosts = vec!["tools.internal:443".into()]).await;
-    let client = McpClient::<Bundle>::new(s.url.clone(), s.issuer.clone());
+    for client in both_transports(&s) {
+        refused_for_its_host(&s, &client).await;
+    }
+}
+
+async fn refused_for_its_host(s: &TestServer, client: &McpClient<Bundle>) {
     let e = client
         .execute(&tool_call(
             "caseops_get_case_snapshot",

@@ -63,7 +63,9 @@ async fn a_result_outside_the_output_schema_never_leaves_the_server() {
     let addr = listener.local_addr().unwrap();
     let config = McpConfig::loopback(addr, ISSUER);
     let server = McpServer::<Bundle, _>::new(config.clone(), SECRET, Broken).unwrap();
-    tokio::spawn(async move { axum::serve(listener, server.router()).await.unwrap() });
+    let router = server.router();
+    let served = router.clone();
+    tokio::spawn(async move { axum::serve(listener, served).await.unwrap() });
     let issuer = caseops_host::mcp::token::TokenIssuer::new(
         SECRET,
         ISSUER,
@@ -76,6 +78,7 @@ async fn a_result_outside_the_output_schema_never_leaves_the_server() {
         addr,
         url: config.resource_url,
         issuer,
+        router,
     };
     let r = s
         .call(

@@ -18,6 +18,7 @@ use serde_json::{Value, json};
 use super::era::{self, Preference};
 use super::server::LATEST_VERSION;
 use super::token::TokenIssuer;
+use super::transport::{Answer, Lost, Transport};
 
 /// Why the server is not ready to serve the compiled tools.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -55,7 +56,7 @@ fn hint(reason: &str, url: &str) -> String {
 }
 
 pub struct McpClient<B: ContractBundle> {
-    http: reqwest::Client,
+    transport: Transport,
     url: String,
     issuer: TokenIssuer,
     preference: Preference,
@@ -113,15 +114,26 @@ fn transient(message: impl Into<String>) -> ExecError {
 
 impl<B: ContractBundle> McpClient<B> {
     pub fn new(url: impl Into<String>, issuer: TokenIssuer) -> Self {
-        crate::install_tls_provider();
-        let http = reqwest::Client::builder()
-            .pool_idle_timeout(Duration::from_secs(90))
-            .timeout(Duration::from_secs(60))
-            .build()
-            .expect("an HTTP client with no TLS options always builds");
+        Self::with_transport(Transport::http(), url.into(), issuer)
+    }
+
+    /// A client of the tool server in this process: its requests go to `router`
+    /// (the server's [`McpServer::router`](super::server::McpServer::router)) as
+    /// requests for `url` would arrive from the network, without a socket.
+    pub fn in_process(
+        url: impl Into<String>,
+        issuer: TokenIssuer,
+        router: axum::Router,
+    ) -> Result<Self, String> {
+        let url = url.into();
+        let transport = Transport::in_process(router, &url)?;
+        Ok(Self::with_transport(transport, url, issuer))
+    }
+
+    fn with_transport(transport: Transport, url: String, issuer: TokenIssuer) -> Self {
         Self {
-            http,
-            url: url.into(),
+            transport,
+            url,
             issuer,
             preference: Preference::Auto,
             session: tokio::sync::Mutex::new(None),
@@ -227,39 +239,24 @@ impl<B: ContractBundle> McpClient<B> {
         headers: &[(&'static str, String)],
         body: &Value,
     ) -> Result<Option<Value>, ExecError> {
-        let mut req = self
-            .http
-            .post(&self.url)
-            .bearer_auth(token)
-            .header("accept", "application/json, text/event-stream")
-            .header("content-type", "application/json")
-            .body(body.to_string());
-        for (name, value) in headers {
-            req = req.header(*name, value);
-        }
-        if let Some(parent) = crate::traces::traceparent() {
-            req = req.header("traceparent", parent);
-        }
         // Refused before anything was sent: safe to retry. Lost after the request went
         // out: the server may have acted (for a write, an unknown effect).
-        let lost = |e: reqwest::Error| ExecError::Transient {
-            code: NO_ANSWER.into(),
-            message: e.to_string(),
-        };
-        let resp = req.send().await.map_err(|e| {
-            if e.is_connect() {
-                transient(e.to_string())
-            } else {
-                lost(e)
-            }
-        })?;
-        let status = resp.status();
-        let is_sse = resp
-            .headers()
-            .get("content-type")
-            .and_then(|v| v.to_str().ok())
-            .is_some_and(|v| v.starts_with("text/event-stream"));
-        let text = resp.text().await.map_err(lost)?;
+        let answer = self
+            .transport
+            .post(&self.url, token, headers, body.to_string())
+            .await
+            .map_err(|lost| match lost {
+                Lost::NotSent(message) => transient(message),
+                Lost::NoAnswer(message) => ExecError::Transient {
+                    code: NO_ANSWER.into(),
+                    message,
+                },
+            })?;
+        let Answer {
+            status,
+            is_sse,
+            text,
+        } = answer;
         match status.as_u16() {
             202 => return Ok(None),
             200 => {}

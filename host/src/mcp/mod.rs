@@ -5,3 +5,4 @@ pub mod era;
 pub mod jsonrpc;
 pub mod server;
 pub mod token;
+mod transport;

@@ -23,6 +23,8 @@ pub struct TestServer {
     pub addr: SocketAddr,
     pub url: String,
     pub issuer: TokenIssuer,
+    /// The server's router, for clients in the same process.
+    pub router: axum::Router,
 }
 
 pub async fn start_with(configure: impl FnOnce(&mut McpConfig)) -> TestServer {
@@ -35,13 +37,16 @@ pub async fn start_with(configure: impl FnOnce(&mut McpConfig)) -> TestServer {
         repo: MemoryRepository::new(reference_data()),
     };
     let server = McpServer::<Bundle, _>::new(config.clone(), SECRET, Dispatcher(tools)).unwrap();
-    tokio::spawn(async move { axum::serve(listener, server.router()).await.unwrap() });
+    let router = server.router();
+    let served = router.clone();
+    tokio::spawn(async move { axum::serve(listener, served).await.unwrap() });
     let issuer =
         TokenIssuer::new(SECRET, ISSUER, config.resource_url.clone(), "case_id", 300).unwrap();
     TestServer {
         addr,
         url: config.resource_url,
         issuer,
+        router,
     }
 }
 

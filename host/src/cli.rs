@@ -109,6 +109,7 @@ impl DbArgs {
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, ValueEnum)]
 pub enum McpTransportArg {
     #[default]
+    Auto,
     Http,
     InProcess,
 }
@@ -143,16 +144,18 @@ pub struct ServeArgs {
     /// `2026-07-28` or `2025-11-25` insist on one.
     #[arg(long, env = "CASEOPS_MCP_ERA", default_value = "auto")]
     pub mcp_era: crate::mcp::era::Preference,
-    /// How the runs' executor reaches the MCP server of this same process: `http`
-    /// goes through its listener, as a separate API would; `in-process` hands each
-    /// request to the server without a socket. Both make every check of the tool
-    /// plane (Host, task token, scopes, Cedar, schemas); `in-process` spares the
-    /// HTTP and system-call work of each tool call. Not with `--only api`.
+    /// How the runs' executor reaches the MCP server: `in-process` hands each
+    /// request to the server of this same process without a socket (not with
+    /// `--only api`); `http` goes through its listener, as a separate API does;
+    /// `auto` is `in-process` when this process serves both halves, else `http`.
+    /// Either way the server makes every check of the tool plane (Host, task
+    /// token, scopes, Cedar, schemas); `in-process` spares each tool call's HTTP
+    /// and system-call work.
     #[arg(
         long,
         env = "CASEOPS_MCP_TRANSPORT",
         value_enum,
-        default_value = "http"
+        default_value = "auto"
     )]
     pub mcp_transport: McpTransportArg,
     /// The URL clients reach this MCP server at, when it is not the bind address
@@ -396,6 +399,7 @@ impl ServeArgs {
             OnlyArg::Mcp => Only::Mcp,
         });
         let mcp_transport = match self.mcp_transport {
+            McpTransportArg::Auto => McpTransport::Auto,
             McpTransportArg::Http => McpTransport::Http,
             McpTransportArg::InProcess => McpTransport::InProcess,
         };
@@ -521,6 +525,15 @@ pub async fn serve_until_stopped(
             true => say(format!("{name} mcp on {bound}")),
             false => say(format!(
                 "{name} mcp on {bound} (public URL {})",
+                running.mcp_url
+            )),
+        }
+    }
+    if running.api_addr.is_some() {
+        match running.tools_in_process {
+            true => say(format!("{name} runs call their tools in process")),
+            false => say(format!(
+                "{name} runs call their tools at {}",
                 running.mcp_url
             )),
         }

@@ -26,14 +26,16 @@ pub enum Only {
     Mcp,
 }
 
-/// How the runs' executor reaches the tool server when this process serves both.
+/// How the runs' executor reaches the tool server.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub enum McpTransport {
-    /// Over HTTP to the server's public URL, as a separate API process would.
+    /// In process when this process serves the tool server too, else over HTTP.
     #[default]
+    Auto,
+    /// Over HTTP to the server's public URL, as a separate API process does.
     Http,
-    /// Handed to the server's router in this process, without a socket: the same
-    /// requests and checks, less system and HTTP work per call.
+    /// Handed to the tool server's router in this process, without a socket: the
+    /// same requests and checks, less system and HTTP work per call.
     InProcess,
 }
 
@@ -107,6 +109,9 @@ pub struct RunningHost {
     pub api_addr: Option<SocketAddr>,
     pub mcp_addr: Option<SocketAddr>,
     pub mcp_url: String,
+    /// Whether this process's runs hand their tool calls to its own tool server
+    /// without a socket (see [`McpTransport`]).
+    pub tools_in_process: bool,
     /// The `iss` of the task tokens this host issues or accepts.
     pub token_issuer: String,
     workers: Option<Arc<Workers>>,
@@ -288,7 +293,7 @@ where
         let server = McpServer::<B, _>::new(mcp_config, &key, (app.tools)(&db))
             .map_err(|e| HostError::Setup(e.to_string()))?;
         let router = server.router();
-        if config.mcp_transport == McpTransport::InProcess {
+        if config.mcp_transport != McpTransport::Http {
             mcp_router = Some(router.clone());
         }
         mcp = Some(Server::spawn("mcp", listener, router, config.limits));
@@ -303,6 +308,7 @@ where
 
     let mut api = None;
     let mut workers = None;
+    let mut tools_in_process = false;
     if let Some(listener) = api_listener {
         let issuer = TokenIssuer::new(
             &key,
@@ -332,8 +338,11 @@ where
         let planner_kind = app.planner.kind();
         let planner_model = app.planner.model();
         let executor = match (config.mcp_transport, mcp_router) {
-            (McpTransport::Http, _) => McpClient::<B>::new(mcp_url.clone(), issuer),
-            (McpTransport::InProcess, Some(router)) => {
+            (McpTransport::Http, _) | (McpTransport::Auto, None) => {
+                McpClient::<B>::new(mcp_url.clone(), issuer)
+            }
+            (McpTransport::Auto | McpTransport::InProcess, Some(router)) => {
+                tools_in_process = true;
                 McpClient::<B>::in_process(mcp_url.clone(), issuer, router)
                     .map_err(HostError::Setup)?
             }
@@ -392,6 +401,7 @@ where
         token_issuer: issuer_url,
         mcp_addr,
         mcp_url,
+        tools_in_process,
         workers,
         api,
         mcp,

@@ -48,18 +48,13 @@ async fn json_logs_hold_one_line_per_request_and_every_state_change_without_secr
         &["--log-format", "json", "--log-level", "debug"],
     );
     let http = reqwest::Client::new();
-    let run: Value = http
-        .post(format!("{}/v1/cases/C-102/agent-runs", server.api))
-        .header("x-api-key", API_KEY)
-        .header("idempotency-key", "logs-json-0001")
-        .header("x-request-id", "req-logs-0001")
-        .json(&json!({"goal": "Check C-102."}))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let run = server
+        .start_c102_as(
+            API_KEY,
+            "logs-json-0001",
+            &[("x-request-id", "req-logs-0001")],
+        )
+        .await;
     assert_eq!(run["status"], "completed", "{run}");
     let run_id = run["run_id"].as_str().unwrap();
     let unauthorized = http
@@ -137,38 +132,56 @@ async fn json_logs_hold_one_line_per_request_and_every_state_change_without_secr
     }
 }
 
-/// Handed to the tool server without a socket, a run's calls still pass through
-/// its request handling: one request line per call, as the run's tenant.
+/// A process that serves both halves hands its runs' tool calls to its own tool
+/// server without a socket unless told `--mcp-transport http`, and says which at
+/// start. Either way each call passes through the server's request handling: one
+/// request line per call, as the run's tenant.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_run_over_the_in_process_transport_logs_each_tool_call_on_the_mcp_listener() {
-    let dbs = db_support::fresh_databases("logs_in_process").await;
-    let server = serve(
-        dbs.sqlite(),
-        &["--log-format", "json", "--mcp-transport", "in-process"],
-    );
-    let run: Value = reqwest::Client::new()
-        .post(format!("{}/v1/cases/C-102/agent-runs", server.api))
-        .header("x-api-key", API_KEY)
-        .header("idempotency-key", "logs-in-process-0001")
-        .json(&json!({"goal": "Check C-102."}))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
-    assert_eq!(run["status"], "completed", "{run}");
-    assert_eq!(run["step_count"], 4, "{run}");
-    let calls = |lines: &[String]| {
-        events(lines)
-            .into_iter()
-            .filter(|e| e["message"] == "request" && e["listener"] == "mcp")
-            .filter(|e| e["route"] == "/mcp" && e["status"] == 200)
-            .filter(|e| e["tenant"] == "tenant-demo")
-            .count()
-    };
-    let lines = logged_until(&server, |l| calls(l) >= 4).await;
-    assert!(calls(&lines) >= 4, "{lines:#?}");
+async fn runs_call_their_tools_in_process_by_default_or_over_http_and_each_call_is_logged() {
+    let dbs = db_support::fresh_databases("logs_transport").await;
+    for (extra, said) in [
+        (
+            &[][..],
+            "caseops runs call their tools in process".to_string(),
+        ),
+        (
+            &["--mcp-transport", "http"][..],
+            "caseops runs call their tools at http://".to_string(),
+        ),
+    ] {
+        let mut args = vec!["--log-format", "json"];
+        args.extend_from_slice(extra);
+        let server = serve(dbs.sqlite(), &args);
+        let key = format!("logs-transport-{}", extra.len());
+        let run = server.start_c102_as(API_KEY, &key, &[]).await;
+        assert_eq!(run["status"], "completed", "{run}");
+        assert_eq!(run["step_count"], 4, "{run}");
+        let said_it = || {
+            server
+                .stdout
+                .lock()
+                .unwrap()
+                .iter()
+                .any(|l| l.starts_with(&said))
+        };
+        for _ in 0..100 {
+            if said_it() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        assert!(said_it(), "{extra:?}: {:#?}", server.stdout.lock().unwrap());
+        let calls = |lines: &[String]| {
+            events(lines)
+                .into_iter()
+                .filter(|e| e["message"] == "request" && e["listener"] == "mcp")
+                .filter(|e| e["route"] == "/mcp" && e["status"] == 200)
+                .filter(|e| e["tenant"] == "tenant-demo")
+                .count()
+        };
+        let lines = logged_until(&server, |l| calls(l) >= 4).await;
+        assert!(calls(&lines) >= 4, "{extra:?}: {lines:#?}");
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

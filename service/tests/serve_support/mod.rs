@@ -15,6 +15,8 @@ pub struct Served {
     pub mcp: Option<String>,
     /// Standard error's lines so far, when captured.
     pub stderr: Arc<Mutex<Vec<String>>>,
+    /// Standard output's lines after the start-up lines read for `api` and `mcp`.
+    pub stdout: Arc<Mutex<Vec<String>>>,
 }
 
 impl Drop for Served {
@@ -67,12 +69,19 @@ pub fn serve(database: &str, extra: &[&str], env: &[(&str, &str)], capture_stder
             .map(str::to_string)
     });
     // Keep reading so that a full pipe never blocks the server.
-    std::thread::spawn(move || for _ in lines {});
+    let stdout = Arc::new(Mutex::new(Vec::new()));
+    let sink = stdout.clone();
+    std::thread::spawn(move || {
+        for line in lines.map_while(Result::ok) {
+            sink.lock().unwrap().push(line);
+        }
+    });
     Served {
         child,
         api,
         mcp,
         stderr,
+        stdout,
     }
 }
 
@@ -84,9 +93,20 @@ impl Served {
         idempotency_key: &str,
         headers: &[(&str, &str)],
     ) -> serde_json::Value {
+        self.start_c102_as("dev-key-tenant-demo", idempotency_key, headers)
+            .await
+    }
+
+    /// [`Served::start_c102`] with another API key of the demo tenant.
+    pub async fn start_c102_as(
+        &self,
+        api_key: &str,
+        idempotency_key: &str,
+        headers: &[(&str, &str)],
+    ) -> serde_json::Value {
         let mut request = reqwest::Client::new()
             .post(format!("{}/v1/cases/C-102/agent-runs", self.api))
-            .header("x-api-key", "dev-key-tenant-demo")
+            .header("x-api-key", api_key)
             .header("idempotency-key", idempotency_key)
             .json(&serde_json::json!({"goal": "Check C-102."}));
         for (name, value) in headers {

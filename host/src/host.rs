@@ -344,7 +344,7 @@ where
             (McpTransport::Auto | McpTransport::InProcess, Some(router)) => {
                 tools_in_process = true;
                 McpClient::<B>::in_process(mcp_url.clone(), issuer, router)
-                    .map_err(HostError::Setup)?
+                    .map_err(|e| HostError::Setup(e.to_string()))?
             }
             (McpTransport::InProcess, None) => {
                 let why = McpTransport::InProcess.refusal(Some(Only::Api));

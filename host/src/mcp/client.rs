@@ -1,5 +1,6 @@
 //! The MCP client executor: the runtime's tool calls go to an MCP server over
-//! Streamable HTTP. One keep-alive HTTP client per server, a fresh task token per
+//! Streamable HTTP, or as the same requests to the router of a server in this
+//! process (see `transport`). One keep-alive HTTP client per server, a fresh task token per
 //! run, JSON or SSE responses. It prefers the stateless era (2026-07-28):
 //! `server/discover` once, reused for the `ttlMs` the server grants, then a `_meta`
 //! envelope and standard headers on every request; a server without
@@ -34,6 +35,14 @@ pub enum ReadinessError {
     Refused { url: String, reason: String },
     #[error("tool `{tool}` differs from the compiled listing: {difference}")]
     Mismatch { tool: String, difference: String },
+}
+
+/// A URL the in-process transport cannot address a request to.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("`{url}` cannot name the in-process mcp server: {reason}")]
+pub struct InProcessUrlError {
+    pub url: String,
+    pub reason: String,
 }
 
 /// What to change when the tool server refuses the API, by its stated reason.
@@ -124,7 +133,7 @@ impl<B: ContractBundle> McpClient<B> {
         url: impl Into<String>,
         issuer: TokenIssuer,
         router: axum::Router,
-    ) -> Result<Self, String> {
+    ) -> Result<Self, InProcessUrlError> {
         let url = url.into();
         let transport = Transport::in_process(router, &url)?;
         Ok(Self::with_transport(transport, url, issuer))

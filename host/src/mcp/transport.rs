@@ -14,6 +14,8 @@ use axum::body::Body;
 use http_body_util::BodyExt;
 use tower::ServiceExt;
 
+use super::client::InProcessUrlError;
+
 /// The answer to one POST, whichever way it travelled.
 pub(crate) struct Answer {
     pub status: axum::http::StatusCode,
@@ -55,11 +57,15 @@ impl Transport {
     }
 
     /// Requests for `url` handed to `router`, the tool server serving that URL.
-    pub fn in_process(router: axum::Router, url: &str) -> Result<Self, String> {
-        let parsed = reqwest::Url::parse(url).map_err(|e| format!("`{url}` is not a URL: {e}"))?;
+    pub fn in_process(router: axum::Router, url: &str) -> Result<Self, InProcessUrlError> {
+        let refused = |reason: String| InProcessUrlError {
+            url: url.to_string(),
+            reason,
+        };
+        let parsed = reqwest::Url::parse(url).map_err(|e| refused(e.to_string()))?;
         let host = parsed
             .host_str()
-            .ok_or_else(|| format!("`{url}` names no host"))?;
+            .ok_or_else(|| refused("it names no host".into()))?;
         let host = match parsed.port() {
             Some(port) => format!("{host}:{port}"),
             None => host.to_string(),
@@ -210,6 +216,13 @@ mod tests {
             parts("http://h:80/a/mcp?x=1"),
             ("h".into(), "/a/mcp?x=1".into())
         );
-        assert!(Transport::in_process(axum::Router::new(), "not a url").is_err());
+        let refused = Transport::in_process(axum::Router::new(), "not a url").err();
+        assert_eq!(
+            refused.map(|e| e.to_string()),
+            Some(
+                "`not a url` cannot name the in-process mcp server: relative URL without a base"
+                    .into()
+            )
+        );
     }
 }

@@ -403,9 +403,6 @@ impl ServeArgs {
             McpTransportArg::Http => McpTransport::Http,
             McpTransportArg::InProcess => McpTransport::InProcess,
         };
-        if let Some(why) = mcp_transport.refusal(only) {
-            return Err(why.into());
-        }
         Ok(HostConfig {
             database_url: database,
             schema: cli.schema,

@@ -39,15 +39,6 @@ pub enum McpTransport {
     InProcess,
 }
 
-impl McpTransport {
-    /// Why this transport cannot serve a process that serves `only`, if it cannot.
-    pub fn refusal(self, only: Option<Only>) -> Option<&'static str> {
-        (self == McpTransport::InProcess && only == Some(Only::Api)).then_some(
-            "`--mcp-transport in-process` needs the mcp server in this process: drop `--only api`, or use `--mcp-transport http`",
-        )
-    }
-}
-
 #[derive(Debug, Clone)]
 pub struct HostConfig {
     pub database_url: String,
@@ -212,6 +203,12 @@ where
     H: ToolDispatch + 'static,
     R: Resources,
 {
+    // Before anything is bound or created: there would be no server to hand to.
+    if config.mcp_transport == McpTransport::InProcess && config.only == Some(Only::Api) {
+        return Err(HostError::Setup(
+            "`--mcp-transport in-process` needs the mcp server in this process: drop `--only api`, or use `--mcp-transport http`".into(),
+        ));
+    }
     // Every connection is a descriptor: take what the system allows.
     crate::http::raise_fd_limit();
     // Both addresses first: a port in use fails before any database is created.
@@ -337,19 +334,14 @@ where
             std::time::Duration::from_secs(u64::from(engine.budgets().max_wall_clock_seconds));
         let planner_kind = app.planner.kind();
         let planner_model = app.planner.model();
-        let executor = match (config.mcp_transport, mcp_router) {
-            (McpTransport::Http, _) | (McpTransport::Auto, None) => {
-                McpClient::<B>::new(mcp_url.clone(), issuer)
-            }
-            (McpTransport::Auto | McpTransport::InProcess, Some(router)) => {
+        // Set only when the transport allows it and the server is in this process.
+        let executor = match mcp_router {
+            Some(router) => {
                 tools_in_process = true;
                 McpClient::<B>::in_process(mcp_url.clone(), issuer, router)
                     .map_err(|e| HostError::Setup(e.to_string()))?
             }
-            (McpTransport::InProcess, None) => {
-                let why = McpTransport::InProcess.refusal(Some(Only::Api));
-                return Err(HostError::Setup(why.unwrap_or_default().into()));
-            }
+            None => McpClient::<B>::new(mcp_url.clone(), issuer),
         };
         let driver = Driver {
             engine,

@@ -198,6 +198,19 @@ fn tool_call(tool: &str, args: Value, ctx: CallContext) -> ToolCall {
     }
 }
 
+/// The error `client` answers one call with (the call must fail).
+async fn refusal(
+    client: &McpClient<Bundle>,
+    tool: &str,
+    args: Value,
+    ctx: CallContext,
+) -> ExecError {
+    client
+        .execute(&tool_call(tool, args, ctx))
+        .await
+        .unwrap_err()
+}
+
 fn ctx(tenant: &str, case: &str, scopes: &[&str]) -> CallContext {
     CallContext {
         tenant_id: tenant.into(),
@@ -226,50 +239,46 @@ async fn the_client_classifies_errors_by_class_over_either_transport() {
 }
 
 async fn classifies_errors_by_class(client: &McpClient<Bundle>) {
-    let e = client
-        .execute(&tool_call(
-            "caseops_get_case_snapshot",
-            json!({"case_id": "C-404"}),
-            ctx("tenant-demo", "C-404", ALL_SCOPES),
-        ))
-        .await
-        .unwrap_err();
+    let e = refusal(
+        client,
+        "caseops_get_case_snapshot",
+        json!({"case_id": "C-404"}),
+        ctx("tenant-demo", "C-404", ALL_SCOPES),
+    )
+    .await;
     assert!(
         matches!(e, ExecError::Business { ref code, .. } if code == "CASE_NOT_FOUND"),
         "{e:?}"
     );
-    let e = client
-        .execute(&tool_call(
-            "caseops_get_case_snapshot",
-            json!({"case_id": "C-999"}),
-            ctx("tenant-demo", "C-102", ALL_SCOPES),
-        ))
-        .await
-        .unwrap_err();
+    let e = refusal(
+        client,
+        "caseops_get_case_snapshot",
+        json!({"case_id": "C-999"}),
+        ctx("tenant-demo", "C-102", ALL_SCOPES),
+    )
+    .await;
     assert!(
         matches!(e, ExecError::Authorization { ref code, .. } if code == "TOOL_RESOURCE_MISMATCH"),
         "{e:?}"
     );
-    let e = client
-        .execute(&tool_call(
-            "caseops_get_policy_requirements",
-            json!({"case_id": "C-102"}),
-            ctx("tenant-demo", "C-102", &["case:read"]),
-        ))
-        .await
-        .unwrap_err();
+    let e = refusal(
+        client,
+        "caseops_get_policy_requirements",
+        json!({"case_id": "C-102"}),
+        ctx("tenant-demo", "C-102", &["case:read"]),
+    )
+    .await;
     assert!(
         matches!(e, ExecError::Authorization { ref code, .. } if code == "INSUFFICIENT_SCOPE"),
         "{e:?}"
     );
-    let e = client
-        .execute(&tool_call(
-            "caseops_get_case_snapshot",
-            json!({"case_id": "C-102", "x": 1}),
-            ctx("tenant-demo", "C-102", ALL_SCOPES),
-        ))
-        .await
-        .unwrap_err();
+    let e = refusal(
+        client,
+        "caseops_get_case_snapshot",
+        json!({"case_id": "C-102", "x": 1}),
+        ctx("tenant-demo", "C-102", ALL_SCOPES),
+    )
+    .await;
     assert!(
         matches!(e, ExecError::Contract { ref code, .. } if code == "INVALID_ARGUMENTS"),
         "{e:?}"
@@ -280,14 +289,13 @@ async fn classifies_errors_by_class(client: &McpClient<Bundle>) {
 async fn an_unreachable_server_is_a_transient_error() {
     let s = start().await;
     let client = McpClient::<Bundle>::new("http://127.0.0.1:9/mcp", s.issuer.clone());
-    let e = client
-        .execute(&tool_call(
-            "caseops_get_case_snapshot",
-            json!({"case_id": "C-102"}),
-            ctx("tenant-demo", "C-102", ALL_SCOPES),
-        ))
-        .await
-        .unwrap_err();
+    let e = refusal(
+        &client,
+        "caseops_get_case_snapshot",
+        json!({"case_id": "C-102"}),
+        ctx("tenant-demo", "C-102", ALL_SCOPES),
+    )
+    .await;
     assert!(matches!(e, ExecError::Transient { .. }), "{e:?}");
     assert!(matches!(
         client.check_listing().await,
@@ -317,14 +325,13 @@ async fn a_tool_handler_that_panics_in_process_leaves_the_call_unanswered_not_th
         .unwrap()
         .with_preference(Preference::Handshake);
     for _ in 0..2 {
-        let e = client
-            .execute(&tool_call(
-                "caseops_get_case_snapshot",
-                json!({"case_id": "C-102"}),
-                ctx("tenant-demo", "C-102", ALL_SCOPES),
-            ))
-            .await
-            .unwrap_err();
+        let e = refusal(
+            &client,
+            "caseops_get_case_snapshot",
+            json!({"case_id": "C-102"}),
+            ctx("tenant-demo", "C-102", ALL_SCOPES),
+        )
+        .await;
         assert!(
             matches!(e, ExecError::Transient { ref code, .. } if code == "MCP_NO_ANSWER"),
             "{e:?}"
@@ -376,14 +383,13 @@ async fn a_request_the_tool_server_refuses_for_its_host_is_not_a_scope_denial() 
 }
 
 async fn refused_for_its_host(s: &TestServer, client: &McpClient<Bundle>) {
-    let e = client
-        .execute(&tool_call(
-            "caseops_get_case_snapshot",
-            json!({"case_id": "C-102"}),
-            ctx("tenant-demo", "C-102", ALL_SCOPES),
-        ))
-        .await
-        .unwrap_err();
+    let e = refusal(
+        client,
+        "caseops_get_case_snapshot",
+        json!({"case_id": "C-102"}),
+        ctx("tenant-demo", "C-102", ALL_SCOPES),
+    )
+    .await;
     match &e {
         ExecError::Authorization { code, message } => {
             assert_eq!(code, "MCP_REQUEST_REFUSED", "{e:?}");

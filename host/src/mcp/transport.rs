@@ -94,10 +94,6 @@ impl Transport {
     }
 }
 
-fn traceparent() -> Option<String> {
-    crate::traces::traceparent()
-}
-
 async fn post_http(
     http: &reqwest::Client,
     url: &str,
@@ -114,7 +110,7 @@ async fn post_http(
     for (name, value) in headers {
         req = req.header(*name, value);
     }
-    if let Some(parent) = traceparent() {
+    if let Some(parent) = crate::traces::traceparent() {
         req = req.header("traceparent", parent);
     }
     let resp = req.send().await.map_err(|e| match e.is_connect() {
@@ -150,7 +146,7 @@ async fn post_in_process(
     for (name, value) in headers {
         req = req.header(*name, value.as_str());
     }
-    if let Some(parent) = traceparent() {
+    if let Some(parent) = crate::traces::traceparent() {
         req = req.header("traceparent", parent);
     }
     let req = req

@@ -5,6 +5,8 @@
 //! the goal, the visible tools with their model-visible input schemas, the run's own
 //! observations and the budget left.
 
+use std::sync::Arc;
+
 use serde::Serialize;
 use serde_json::Value;
 
@@ -17,8 +19,9 @@ pub struct ToolView {
     pub name: String,
     pub title: String,
     pub description: String,
-    /// JSON Schema of the model-visible input only.
-    pub input_schema: Value,
+    /// JSON Schema of the model-visible input only (shared with the validators:
+    /// a view is built at every step).
+    pub input_schema: Arc<Value>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -37,7 +40,7 @@ pub struct PlannerView {
     pub tools: Vec<ToolView>,
     pub observations: Vec<ObservationView>,
     /// JSON Schema the final answer must satisfy.
-    pub final_answer_schema: Value,
+    pub final_answer_schema: Arc<Value>,
     /// Why an earlier final answer of this run was rejected (empty until one is).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub corrections: Vec<String>,
@@ -49,8 +52,8 @@ pub fn build_view(
     max_steps: u32,
     tools: &[&'static ToolContract],
     observations: &[Observation],
-    final_answer_schema: &Value,
-    input_schema: &dyn Fn(&str) -> Option<Value>,
+    final_answer_schema: &Arc<Value>,
+    input_schema: &dyn Fn(&str) -> Option<Arc<Value>>,
 ) -> PlannerView {
     PlannerView {
         goal: goal.clone(),
@@ -62,7 +65,7 @@ pub fn build_view(
                 name: t.name.to_string(),
                 title: t.title.to_string(),
                 description: t.description.to_string(),
-                input_schema: input_schema(t.name).unwrap_or(Value::Null),
+                input_schema: input_schema(t.name).unwrap_or_default(),
             })
             .collect(),
         observations: observations

@@ -22,7 +22,7 @@ use crate::machine::{IllegalTransition, Machine};
 use crate::normalization::{Observation, normalize};
 use crate::proposal::Planner;
 use crate::protocol::{self, Decision};
-use crate::run::{CallStatus, Checkpoint, LedgerRow, Outcome, RunSpec, reasons};
+use crate::run::{CallStatus, Checkpoint, LedgerRow, Outcome, RunSpec, SnapshotText, reasons};
 use crate::state::RunStateEnum;
 use crate::state_update::Controls;
 use crate::store::{
@@ -112,13 +112,14 @@ struct Pending {
     row: LedgerRow,
 }
 
-/// The state of a run, written at every commit point. The spec is not in it: it
-/// never changes, so the store keeps it once ([`Batch::spec`]).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+/// The state of a run, written at every commit point but the terminal one (as
+/// [`SnapshotOf`]). The spec is not in it: it never changes, so the store keeps it
+/// once ([`Batch::spec`]).
+#[derive(Debug, Clone, PartialEq, Deserialize)]
 struct Snapshot {
     /// Only in snapshots written before the spec moved to the store; read for
     /// runs that are resumed from one.
-    #[serde(default, skip_serializing)]
+    #[serde(default)]
     spec: Option<RunSpec>,
     state: String,
     sequence: u64,
@@ -149,17 +150,28 @@ struct Run<S: RunStateEnum> {
     spec_recorded: bool,
 }
 
+/// [`Snapshot`] as written: borrowed from the run, so a commit copies nothing
+/// before it serializes.
+#[derive(Serialize)]
+struct SnapshotOf<'a> {
+    state: &'a str,
+    sequence: u64,
+    stage: &'a str,
+    controls: &'a Controls,
+    pending: &'a Option<Pending>,
+    outcome: &'a Option<Outcome>,
+}
+
 impl<S: RunStateEnum> Run<S> {
-    fn snapshot(&self) -> Snapshot {
-        Snapshot {
-            spec: None,
-            state: self.machine.state().as_str().to_string(),
+    fn snapshot(&self) -> SnapshotText {
+        SnapshotText::of(&SnapshotOf {
+            state: self.machine.state().as_str(),
             sequence: self.machine.sequence(),
-            stage: self.stage.clone(),
-            controls: self.controls.clone(),
-            pending: self.pending.clone(),
-            outcome: self.outcome.clone(),
-        }
+            stage: &self.stage,
+            controls: &self.controls,
+            pending: &self.pending,
+            outcome: &self.outcome,
+        })
     }
 
     /// Applies a transition (never an illegal one) and records its checkpoint.
@@ -168,7 +180,7 @@ impl<S: RunStateEnum> Run<S> {
         let sequence = self.machine.apply(to)?;
         // The snapshot is filled in at the commit point, for the batch's last
         // checkpoint only: recovery always starts from the last committed one.
-        let snapshot = Value::Null;
+        let snapshot = None;
         self.checkpoints.push(Checkpoint {
             run_id: self.spec.run_id.clone(),
             sequence,
@@ -393,8 +405,12 @@ impl<B: ContractBundle> Engine<B> {
             run_id: run_id.to_string(),
             message,
         };
+        let text = last
+            .snapshot
+            .as_ref()
+            .ok_or_else(|| corrupt("the last checkpoint has no snapshot".into()))?;
         let snap: Snapshot =
-            serde_json::from_value(last.snapshot.clone()).map_err(|e| corrupt(e.to_string()))?;
+            serde_json::from_str(text.as_str()).map_err(|e| corrupt(e.to_string()))?;
         let spec_recorded = stored.spec.is_some();
         let spec = stored
             .spec
@@ -815,9 +831,12 @@ impl<B: ContractBundle> Engine<B> {
         point: CommitPoint,
         store: &St,
     ) -> Result<(), RuntimeError> {
-        let snapshot = serde_json::to_value(run.snapshot()).expect("snapshot serializes");
-        if let Some(last) = run.checkpoints.last_mut() {
-            last.snapshot = snapshot;
+        // A finished run is resumed from its outcome, never from a snapshot.
+        if point != CommitPoint::Terminal && !run.checkpoints.is_empty() {
+            let snapshot = run.snapshot();
+            if let Some(last) = run.checkpoints.last_mut() {
+                last.snapshot = Some(snapshot);
+            }
         }
         let batch = Batch {
             run_id: run.spec.run_id.clone(),

@@ -50,6 +50,6 @@ pub use engine::{Engine, EngineError, Interrupt, RuntimeError};
 pub use execution::{EffectStatus, ExecError, Executor, ToolCall};
 pub use handler::{CallContext, ToolDispatch, ToolError};
 pub use proposal::{Planner, PlannerError};
-pub use run::{CallStatus, Checkpoint, LedgerRow, Outcome, RunSpec};
+pub use run::{CallStatus, Checkpoint, LedgerRow, Outcome, RunSpec, SnapshotText};
 pub use state::RunStateEnum;
 pub use store::{MemoryStore, RunStore};

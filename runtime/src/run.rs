@@ -2,6 +2,7 @@
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
+use serde_json::value::RawValue;
 
 use crate::catalog::Catalog;
 
@@ -63,9 +64,44 @@ pub struct Checkpoint {
     pub to: String,
     pub at_ms: u64,
     pub reason: Option<String>,
-    /// The whole run state after the transition, on the last checkpoint of each commit
-    /// (`null` on the others); recovery starts from the last committed one.
-    pub snapshot: Value,
+    /// The whole run state after the transition, on the last checkpoint of each
+    /// commit but the terminal one (`None` on the others); recovery starts from the
+    /// last committed one, and a finished run is read from its outcome instead.
+    pub snapshot: Option<SnapshotText>,
+}
+
+/// A run's whole state as JSON text. Only recovery reads it, and only the newest,
+/// while every commit writes one: so the runtime serializes it once, straight from
+/// the run, and a store writes and reads back the text as it is.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct SnapshotText(Box<RawValue>);
+
+impl SnapshotText {
+    pub(crate) fn of<T: Serialize>(state: &T) -> Self {
+        // A snapshot is plain data with string keys, which always serializes.
+        Self(serde_json::value::to_raw_value(state).expect("a snapshot serializes"))
+    }
+
+    /// Text as a store read it back: it must be one JSON value.
+    pub fn from_text(text: String) -> Result<Self, serde_json::Error> {
+        RawValue::from_string(text).map(Self)
+    }
+
+    pub fn as_str(&self) -> &str {
+        self.0.get()
+    }
+
+    /// The snapshot as a tree of values (for inspection; recovery reads the text).
+    pub fn to_value(&self) -> Value {
+        serde_json::from_str(self.0.get()).expect("a snapshot is one JSON value")
+    }
+}
+
+impl PartialEq for SnapshotText {
+    fn eq(&self, other: &Self) -> bool {
+        self.as_str() == other.as_str()
+    }
 }
 
 /// Where a tool call is in its life.

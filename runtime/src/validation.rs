@@ -2,6 +2,7 @@
 //! bundle. Messages never echo argument values (`masked`), only where and why.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
 use jsonschema::Validator;
 use serde_json::Value;
@@ -11,10 +12,11 @@ use crate::bundle::ContractBundle;
 /// Compiled validators for every tool's input and output and for the final answer.
 pub struct Validators {
     inputs: HashMap<&'static str, Validator>,
-    input_schemas: HashMap<&'static str, Value>,
+    // Shared with every planner view (`Arc`): a view is built at each step.
+    input_schemas: HashMap<&'static str, Arc<Value>>,
     outputs: HashMap<&'static str, Validator>,
     final_answer: Validator,
-    final_answer_schema: Value,
+    final_answer_schema: Arc<Value>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -42,7 +44,7 @@ impl Validators {
         for t in B::TOOLS {
             let (validator, schema) = compile(&format!("{} input", t.name), t.input_schema)?;
             inputs.insert(t.name, validator);
-            input_schemas.insert(t.name, schema);
+            input_schemas.insert(t.name, Arc::new(schema));
             outputs.insert(
                 t.name,
                 compile(&format!("{} output", t.name), t.output_schema)?.0,
@@ -54,16 +56,16 @@ impl Validators {
             input_schemas,
             outputs,
             final_answer,
-            final_answer_schema,
+            final_answer_schema: Arc::new(final_answer_schema),
         })
     }
 
     /// A tool's model-visible input schema, parsed once.
-    pub fn input_schema(&self, tool: &str) -> Option<&Value> {
+    pub fn input_schema(&self, tool: &str) -> Option<&Arc<Value>> {
         self.input_schemas.get(tool)
     }
 
-    pub fn final_answer_schema(&self) -> &Value {
+    pub fn final_answer_schema(&self) -> &Arc<Value> {
         &self.final_answer_schema
     }
 

@@ -111,6 +111,30 @@ async fn an_in_process_planner_is_not_committed_before_but_with_the_next_tool_ca
     assert!(run.ledger.iter().all(|r| r.status == CallStatus::Succeeded));
 }
 
+#[tokio::test]
+async fn each_commit_but_the_terminal_one_leaves_a_snapshot_of_the_run_as_it_stands() {
+    let mut planner = ScriptPlanner::new(c102_script());
+    planner.in_process = true;
+    let (executor, store) = (ok_executor(), MemoryStore::new());
+    engine()
+        .start(spec("r-snap"), &planner, &executor, &store)
+        .await
+        .unwrap();
+    let run = store.get("r-snap").unwrap();
+    let snapshots: Vec<_> = run
+        .checkpoints
+        .iter()
+        .filter_map(|c| c.snapshot.as_ref().map(|s| (c, s.to_value())))
+        .collect();
+    // One per commit before a tool; a finished run is read from its outcome.
+    assert_eq!(snapshots.len(), store.commits() - 1);
+    assert!(run.checkpoints.last().unwrap().snapshot.is_none());
+    for (cp, snapshot) in &snapshots {
+        assert_eq!(snapshot["sequence"], serde_json::json!(cp.sequence));
+        assert_eq!(snapshot["state"], serde_json::json!(cp.to));
+    }
+}
+
 #[test]
 fn illegal_transitions_are_rejected_and_never_applied() {
     let mut m = Machine::<RunState>::new();
@@ -519,8 +543,8 @@ async fn read_only_recovery_from_tool_running_completes_with_one_more_execution(
 
 #[tokio::test]
 async fn the_spec_is_stored_once_and_a_snapshot_that_still_holds_it_resumes() {
-    use caseops_runtime::RunStore;
     use caseops_runtime::store::{Batch, CommitPoint};
+    use caseops_runtime::{RunStore, SnapshotText};
     // Interrupted like the recovery test above: two commits are on record.
     let store = FailingStore::new(3);
     let (planner, executor) = (ScriptPlanner::new(c102_script()), ok_executor());
@@ -534,7 +558,8 @@ async fn the_spec_is_stored_once_and_a_snapshot_that_still_holds_it_resumes() {
         stored
             .checkpoints
             .iter()
-            .all(|c| c.snapshot.get("spec").is_none()),
+            .filter_map(|c| c.snapshot.as_ref())
+            .all(|s| s.to_value().get("spec").is_none()),
         "no snapshot repeats the spec"
     );
 
@@ -542,8 +567,10 @@ async fn the_spec_is_stored_once_and_a_snapshot_that_still_holds_it_resumes() {
     let as_stored = |spec_in_snapshot: bool| {
         let mut checkpoints = stored.checkpoints.clone();
         if spec_in_snapshot {
-            checkpoints.last_mut().unwrap().snapshot["spec"] =
-                serde_json::to_value(spec("r-spec")).unwrap();
+            let last = checkpoints.last_mut().unwrap();
+            let mut snapshot = last.snapshot.as_ref().unwrap().to_value();
+            snapshot["spec"] = serde_json::to_value(spec("r-spec")).unwrap();
+            last.snapshot = Some(SnapshotText::from_text(snapshot.to_string()).unwrap());
         }
         Batch {
             run_id: "r-spec".into(),

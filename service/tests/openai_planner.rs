@@ -80,10 +80,10 @@ fn view() -> PlannerView {
             name: "caseops_get_case_snapshot".into(),
             title: "t".into(),
             description: "d".into(),
-            input_schema: json!({}),
+            input_schema: json!({}).into(),
         }],
         observations: vec![],
-        final_answer_schema: json!({}),
+        final_answer_schema: json!({}).into(),
         corrections: vec![],
     }
 }

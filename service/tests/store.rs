@@ -2140,7 +2140,7 @@ async fn a_timeline_takes_each_sequence_once_and_only_the_next_one() {
                 to: "planning".into(),
                 at_ms: last.at_ms + 5,
                 reason: Some("again".into()),
-                snapshot: Value::Null,
+                snapshot: None,
             }],
             ledger: vec![],
             state: "planning".into(),

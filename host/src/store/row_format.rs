@@ -479,7 +479,7 @@ mod tests {
             to: to.into(),
             at_ms: 0,
             reason: None,
-            snapshot: Value::Null,
+            snapshot: None,
         }
     }
 

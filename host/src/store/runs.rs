@@ -8,7 +8,9 @@ use super::timeline;
 use super::{Db, DbError, Dialect, audit, now_ms};
 use crate::params;
 use caseops_runtime::store::{Batch, StoreError, StoredRun};
-use caseops_runtime::{CallStatus, Checkpoint, LedgerRow, Outcome, RunSpec, RunStore};
+use caseops_runtime::{
+    CallStatus, Checkpoint, LedgerRow, Outcome, RunSpec, RunStore, SnapshotText,
+};
 use serde_json::Value;
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -474,6 +476,24 @@ fn parse_json(text: Option<String>, table: &'static str) -> Result<Option<Value>
     .transpose()
 }
 
+/// A stored snapshot, kept as its text; SQL `NULL` and JSON `null` are none.
+fn parse_snapshot(
+    text: Option<String>,
+    table: &'static str,
+) -> Result<Option<SnapshotText>, DbError> {
+    match text {
+        Some(t) if t != "null" => {
+            SnapshotText::from_text(t)
+                .map(Some)
+                .map_err(|e| DbError::Corrupt {
+                    table,
+                    message: e.to_string(),
+                })
+        }
+        _ => Ok(None),
+    }
+}
+
 /// The checkpoints `select_checkpoints!` read, after sequence `after`, in order:
 /// a timeline row is read into its lines.
 fn checkpoints_of(rows: &[Row], after: u64) -> Result<Vec<Checkpoint>, DbError> {
@@ -518,7 +538,7 @@ fn checkpoint(r: &Row) -> Result<Checkpoint, DbError> {
         to: r.get("to_state")?,
         at_ms: r.get::<i64>("at_ms")? as u64,
         reason: r.get("reason")?,
-        snapshot: parse_json(r.get("snapshot")?, "checkpoints")?.unwrap_or(Value::Null),
+        snapshot: parse_snapshot(r.get("snapshot")?, "checkpoints")?,
     })
 }
 
@@ -1293,8 +1313,8 @@ impl SqlRunStore {
         let snapshot = batch
             .checkpoints
             .last()
-            .filter(|cp| !cp.snapshot.is_null())
-            .map(|cp| cp.snapshot.to_string());
+            .and_then(|cp| cp.snapshot.as_ref())
+            .map(|s| s.as_str().to_string());
         let snapshot_set = match batch.outcome {
             Some(_) => "NULL",
             None => "COALESCE(?, snapshot)",
@@ -1834,12 +1854,12 @@ impl RunStore for SqlRunStore {
             )
             .await
             .map_err(err)?
-            .map(|r| -> Result<Option<Value>, DbError> { parse_json(r.get("snapshot")?, "runs") })
+            .map(|r| parse_snapshot(r.get("snapshot")?, "runs"))
             .transpose()
             .map_err(err)?
             .flatten();
         if let (Some(snapshot), Some(last)) = (snapshot, checkpoints.last_mut()) {
-            last.snapshot = snapshot;
+            last.snapshot = Some(snapshot);
         }
         let ledger = self.ledger(&tenant, run_id).await.map_err(err)?;
         let approval = super::approvals::latest_of_run(&self.db, run_id)

@@ -241,7 +241,7 @@ pub(crate) fn read(
             to,
             at_ms: at_ms as u64,
             reason,
-            snapshot: Value::Null,
+            snapshot: None,
         });
     }
     Ok(out)
@@ -282,7 +282,7 @@ mod tests {
             to: to.into(),
             at_ms,
             reason: reason.map(str::to_string),
-            snapshot: Value::Null,
+            snapshot: None,
         }
     }
 

@@ -117,8 +117,8 @@ mod tests {
         Observation {
             tool_call_id: id.into(),
             tool: "lookup".into(),
-            arguments: json!({}),
-            result: json!({"evidence_ref": reference}),
+            arguments: json!({}).into(),
+            result: json!({"evidence_ref": reference}).into(),
             evidence_ref: Some(reference.into()),
             attempt: 2,
             bundle_digest: "sha256:abc".into(),

@@ -27,8 +27,8 @@ pub struct ToolView {
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct ObservationView {
     pub tool: String,
-    pub arguments: Value,
-    pub result: Value,
+    pub arguments: Arc<Value>,
+    pub result: Arc<Value>,
 }
 
 /// Everything a planner is given for one decision.

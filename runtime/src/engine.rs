@@ -775,7 +775,7 @@ impl<B: ContractBundle> Engine<B> {
         now: u64,
     ) -> Result<(), IllegalTransition> {
         row.status = CallStatus::Succeeded;
-        row.result = Some(obs.result.clone());
+        row.result = Some(Value::clone(&obs.result));
         row.finished_at_ms = Some(now);
         let obs = Observation {
             attempt: row.attempt_count,

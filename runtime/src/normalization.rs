@@ -1,6 +1,8 @@
 //! Stage 8, result normalization: a tool result must match the tool's output schema
 //! before anything else sees it; a nonconforming result is a contract error.
 
+use std::sync::Arc;
+
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
@@ -12,8 +14,10 @@ use crate::validation::Validators;
 pub struct Observation {
     pub tool_call_id: String,
     pub tool: String,
-    pub arguments: Value,
-    pub result: Value,
+    // Shared (`Arc`) with each planner view that shows them: a view is built at
+    // every step and holds every observation so far.
+    pub arguments: Arc<Value>,
+    pub result: Arc<Value>,
     /// The value of the contract's evidence field.
     pub evidence_ref: Option<String>,
     /// The attempt that returned it and the bundle that governed the call: where a
@@ -39,8 +43,8 @@ pub fn normalize(
     Ok(Observation {
         tool_call_id: tool_call_id.to_string(),
         tool: tool.name.to_string(),
-        arguments: arguments.clone(),
-        result,
+        arguments: Arc::new(arguments.clone()),
+        result: Arc::new(result),
         evidence_ref,
         attempt: 0,
         bundle_digest: String::new(),

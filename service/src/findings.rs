@@ -113,7 +113,7 @@ impl ConclusionCheck for DocumentRules {
             |message: String| Err(Rejection::new(CONCLUSION_CONTRADICTS_EVIDENCE, message));
         let claimed = answer["outcome"].as_str().unwrap_or_default();
         let Some(found) =
-            Findings::derive(observations.iter().map(|o| (o.tool.as_str(), &o.result)))
+            Findings::derive(observations.iter().map(|o| (o.tool.as_str(), &*o.result)))
         else {
             if claimed == "INSUFFICIENT_EVIDENCE" {
                 return Ok(());
@@ -157,9 +157,9 @@ mod tests {
         Observation {
             tool_call_id: format!("call-{}", tool.name()),
             tool: tool.name().to_string(),
-            arguments: json!({}),
+            arguments: json!({}).into(),
             evidence_ref: result["evidence_ref"].as_str().map(str::to_string),
-            result,
+            result: result.into(),
             attempt: 1,
             bundle_digest: "d".into(),
         }
@@ -242,7 +242,7 @@ mod tests {
             json!({"resolved": false, "evidence_ref": "ev://alias"}),
         );
         let found =
-            Findings::derive(observed.iter().map(|o| (o.tool.as_str(), &o.result))).unwrap();
+            Findings::derive(observed.iter().map(|o| (o.tool.as_str(), &*o.result))).unwrap();
         assert_eq!(found.outcome, "MISSING_REQUIRED_DOCUMENTS");
         assert!(found.missing.contains("POLICE_REPORT"));
         assert!(!found.evidence.contains("ev://alias"));

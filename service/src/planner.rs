@@ -50,7 +50,7 @@ impl ConformancePlanner {
             .observations
             .iter()
             .filter(|o| o.tool == ToolId::CaseopsResolveDocumentAlias.name())
-            .map(|o| &o.result)
+            .map(|o| &*o.result)
             .collect();
         for doc in listing.result["documents"].as_array().into_iter().flatten() {
             let id = &doc["document_id"];
@@ -65,7 +65,7 @@ impl ConformancePlanner {
         let observed = view
             .observations
             .iter()
-            .map(|o| (o.tool.as_str(), &o.result));
+            .map(|o| (o.tool.as_str(), &*o.result));
         let Some(found) = Findings::derive(observed) else {
             return json!({ "decision": "needs_human", "reason": "the snapshot and policy were not observed" });
         };

@@ -176,7 +176,10 @@ async fn post_in_process(
     Ok(Answer {
         status,
         is_sse,
-        text: String::from_utf8_lossy(&bytes).into_owned(),
+        // Valid UTF-8 (every answer of ours) is taken as it is, without the
+        // lossy decoder's pass over each character.
+        text: String::from_utf8(Vec::from(bytes))
+            .unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned()),
     })
 }
 

@@ -17,6 +17,7 @@ use caseops_runtime::{CallContext, ContractBundle, ExecError, Executor, ToolCall
 use serde_json::{Value, json};
 
 use super::era::{self, Preference};
+use super::jsonrpc;
 use super::server::LATEST_VERSION;
 use super::token::TokenIssuer;
 use super::transport::{Answer, Lost, Transport};
@@ -420,8 +421,13 @@ impl<B: ContractBundle> McpClient<B> {
             Session::Handshake { version } => vec![("mcp-protocol-version", version.clone())],
         };
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
-        let body = json!({ "jsonrpc": "2.0", "id": id, "method": method, "params": params });
-        let reply = self
+        let body = jsonrpc::object([
+            ("jsonrpc", Value::from("2.0")),
+            ("id", Value::from(id)),
+            ("method", Value::from(method)),
+            ("params", params),
+        ]);
+        let mut reply = self
             .post(token, &headers, &body)
             .await?
             .ok_or_else(|| ExecError::Protocol("a request got no response".into()))?;
@@ -433,9 +439,7 @@ impl<B: ContractBundle> McpClient<B> {
                 err["code"]
             )));
         }
-        let result = reply
-            .get("result")
-            .cloned()
+        let result = take(&mut reply, "result")
             .ok_or_else(|| ExecError::Protocol("a response without result".into()))?;
         // Only a complete result is one; an absent type is a handshake-era result.
         match result.get("resultType").and_then(Value::as_str) {
@@ -556,7 +560,10 @@ pub fn compare_listings(compiled: &[Value], served: &[Value]) -> Result<(), Read
 impl<B: ContractBundle> Executor for McpClient<B> {
     async fn execute(&self, call: &ToolCall) -> Result<Value, ExecError> {
         let token = self.token_for(&call.context)?;
-        let mut params = json!({ "name": call.tool.name, "arguments": call.arguments });
+        let mut params = jsonrpc::object([
+            ("name", Value::from(call.tool.name)),
+            ("arguments", call.arguments.clone()),
+        ]);
         if let Some(parent) = crate::traces::traceparent() {
             params["_meta"] = json!({ "traceparent": parent });
         }
@@ -582,11 +589,15 @@ impl<B: ContractBundle> Executor for McpClient<B> {
                 ExecError::Business { code, message }
             });
         }
-        result
-            .get("structuredContent")
-            .cloned()
+        let mut result = result;
+        take(&mut result, "structuredContent")
             .ok_or_else(|| ExecError::Protocol("a tool result without structuredContent".into()))
     }
+}
+
+/// A member of an object, moved out of it (a tool's result is most of an answer).
+fn take(object: &mut Value, key: &str) -> Option<Value> {
+    object.as_object_mut()?.remove(key)
 }
 
 #[cfg(test)]

@@ -90,7 +90,21 @@ pub fn parse(body: &[u8]) -> Result<Incoming, Malformed> {
 }
 
 pub fn success(id: &Value, result: Value) -> Value {
-    json!({ "jsonrpc": "2.0", "id": id, "result": result })
+    object([
+        ("jsonrpc", Value::from("2.0")),
+        ("id", id.clone()),
+        ("result", result),
+    ])
+}
+
+/// An object of the values given, moved in. `json!` would copy each value that
+/// is a variable (it serializes it again); a tool's result is most of a message.
+pub fn object<const N: usize>(members: [(&str, Value); N]) -> Value {
+    let mut map = Map::with_capacity(N);
+    for (key, value) in members {
+        map.insert(key.to_string(), value);
+    }
+    Value::Object(map)
 }
 
 pub fn error(id: &Value, code: i64, message: &str) -> Value {
@@ -100,6 +114,20 @@ pub fn error(id: &Value, code: i64, message: &str) -> Value {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_success_carries_its_result_and_id_in_the_members_json_rpc_names() {
+        let result = json!({ "structuredContent": { "n": 1 }, "isError": false });
+        let message = success(&json!(7), result.clone());
+        assert_eq!(
+            message,
+            json!({ "jsonrpc": "2.0", "id": 7, "result": result })
+        );
+        assert_eq!(
+            message.as_object().unwrap().keys().collect::<Vec<_>>(),
+            ["jsonrpc", "id", "result"]
+        );
+    }
 
     #[test]
     fn requests_notifications_and_responses_are_told_apart() {

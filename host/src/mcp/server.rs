@@ -463,12 +463,16 @@ impl<B: ContractBundle, D: ToolDispatch + 'static> McpServer<B, D> {
                         &claims.task_id,
                     ));
                 }
-                Ok(json!({
-                    "content": [ { "type": "text", "text": result.to_string() } ],
-                    "structuredContent": result,
-                    "isError": false,
-                    "_meta": { "caseops/task_id": claims.task_id, "caseops/bundle_digest": B::BUNDLE_DIGEST },
-                }))
+                let text = result.to_string();
+                Ok(jsonrpc::object([
+                    ("content", json!([ { "type": "text", "text": text } ])),
+                    ("structuredContent", result),
+                    ("isError", Value::Bool(false)),
+                    (
+                        "_meta",
+                        json!({ "caseops/task_id": claims.task_id, "caseops/bundle_digest": B::BUNDLE_DIGEST }),
+                    ),
+                ]))
             }
             Err(ToolError::Business { code, message }) => {
                 Ok(tool_error(&code, &message, None, &claims.task_id))
@@ -507,12 +511,13 @@ fn tool_error(code: &str, message: &str, details: Option<Value>, task_id: &str) 
     if let Some(d) = details {
         structured["details"] = d;
     }
-    json!({
-        "content": [ { "type": "text", "text": structured.to_string() } ],
-        "structuredContent": structured,
-        "isError": true,
-        "_meta": { "caseops/task_id": task_id },
-    })
+    let text = structured.to_string();
+    jsonrpc::object([
+        ("content", json!([ { "type": "text", "text": text } ])),
+        ("structuredContent", structured),
+        ("isError", Value::Bool(true)),
+        ("_meta", json!({ "caseops/task_id": task_id })),
+    ])
 }
 
 fn status(code: StatusCode, message: &str) -> Response {

@@ -1967,6 +1967,19 @@ mod tests {
     }
 
     #[test]
+    fn a_stored_snapshot_is_kept_as_its_text_and_one_that_is_not_json_is_named_corrupt() {
+        let text = r#"{"state":"tool_running","sequence":4}"#;
+        let kept = parse_snapshot(Some(text.into()), "runs").unwrap().unwrap();
+        assert_eq!(kept.as_str(), text);
+        assert_eq!(parse_snapshot(None, "runs").unwrap(), None);
+        assert_eq!(parse_snapshot(Some("null".into()), "runs").unwrap(), None);
+        match parse_snapshot(Some(r#"{"state":"#.into()), "checkpoints") {
+            Err(DbError::Corrupt { table, .. }) => assert_eq!(table, "checkpoints"),
+            other => panic!("expected a corrupt row, got {other:?}"),
+        }
+    }
+
+    #[test]
     fn a_call_id_is_keyed_by_its_own_part_only_when_it_starts_with_its_runs_id() {
         assert_eq!(stored_call("run-1", "run-1:2"), ":2");
         assert_eq!(stored_call("run-1", "run-1:"), ":");

@@ -1542,10 +1542,10 @@ impl SqlRunStore {
         }
     }
 
-    async fn write(&self, batch: Batch) -> Result<(), DbError> {
+    async fn write(&self, batch: &Batch) -> Result<(), DbError> {
         let db = &self.db;
         let place = self.place_of(&batch.run_id).await?;
-        let (fence, written) = self.fence(&batch, place)?;
+        let (fence, written) = self.fence(batch, place)?;
         let flush = batch.point.must_flush();
         let effects: Vec<&LedgerRow> = batch
             .ledger
@@ -1565,7 +1565,7 @@ impl SqlRunStore {
             && (batch.outcome.is_none() || facts.is_some())
         {
             // One statement, atomic on its own: one round trip.
-            let mut parts = Statement::numbered(self.batch_statements(&batch, PG_GATE, place));
+            let mut parts = Statement::numbered(self.batch_statements(batch, PG_GATE, place));
             if let (Some(outcome), Some(facts)) = (&batch.outcome, &facts) {
                 let who = audit::Who {
                     tenant: &facts.tenant,
@@ -1573,7 +1573,7 @@ impl SqlRunStore {
                     actor: &facts.actor,
                     request_id: facts.request_id.as_deref(),
                 };
-                let event = self.terminal_event(&who, &batch, outcome);
+                let event = self.terminal_event(&who, batch, outcome);
                 parts.extend(audit::appended(&event, PG_GATE));
             }
             // Lazy by the connection's default, unless this commit must be flushed.
@@ -1674,12 +1674,12 @@ impl SqlRunStore {
                     actor: &actor,
                     request_id: request_id.as_deref(),
                 };
-                let event = self.terminal_event(&who, &batch, outcome);
+                let event = self.terminal_event(&who, batch, outcome);
                 events.extend(audit::chain_events(db, &mut tx, &mut head, &event).await?);
             }
             let held = match db.dialect {
                 Dialect::Postgres => {
-                    let mut parts = self.batch_statements(&batch, PG_GATE, place);
+                    let mut parts = self.batch_statements(batch, PG_GATE, place);
                     parts.extend(events);
                     let gated = Statement::gated(fence, parts);
                     tx.fetch_all(&gated.sql, &gated.params).await?.len()
@@ -1687,7 +1687,7 @@ impl SqlRunStore {
                 Dialect::Sqlite => {
                     let held = tx.execute(&fence.sql, &fence.params).await? as usize;
                     if held == 1 {
-                        let mut parts = self.batch_statements(&batch, "true", place);
+                        let mut parts = self.batch_statements(batch, "true", place);
                         parts.extend(events);
                         for part in &parts {
                             tx.execute(&part.sql, &part.params).await?;
@@ -1799,7 +1799,7 @@ impl RunStore for SqlRunStore {
                 caseops.commit.point = ?batch.point,
                 caseops.run.id = %batch.run_id,
             );
-            match self.write(batch.clone()).instrument(span).await {
+            match self.write(&batch).instrument(span).await {
                 Ok(()) => {
                     crate::metrics::committed(self.db.dialect.name(), started.elapsed());
                     log_committed(&batch);

@@ -567,7 +567,7 @@ impl<B: ContractBundle> Executor for McpClient<B> {
         if let Some(parent) = crate::traces::traceparent() {
             params["_meta"] = json!({ "traceparent": parent });
         }
-        let result = match self.request(&token, "tools/call", params).await {
+        let mut result = match self.request(&token, "tools/call", params).await {
             Err(ExecError::Transient { code, message })
                 if code == NO_ANSWER && call.tool.risk.is_write() =>
             {
@@ -589,7 +589,6 @@ impl<B: ContractBundle> Executor for McpClient<B> {
                 ExecError::Business { code, message }
             });
         }
-        let mut result = result;
         take(&mut result, "structuredContent")
             .ok_or_else(|| ExecError::Protocol("a tool result without structuredContent".into()))
     }

@@ -18,26 +18,21 @@ backend=$1
 bin=${2:-target/release/caseops}
 runs=${3:-200}
 calls=${4:-2000}
-pg=${CASEOPS_SERIES_PG:-postgres://postgres@127.0.0.1:5432}
+here=$(cd "$(dirname "$0")" && pwd)
 for tool in valgrind callgrind_control callgrind_annotate; do
   command -v "$tool" >/dev/null || { echo "$tool is not installed (Debian: apt-get install valgrind)" >&2; exit 2; }
 done
-work=$(mktemp -d /tmp/caseops_instructions.XXXXXX)
 case $backend in
-  sqlite) db="sqlite://$work/caseops.db" ;;
-  postgres)
-    psql -q "$pg/postgres" -c "DROP DATABASE IF EXISTS caseops_instructions" -c "CREATE DATABASE caseops_instructions" >/dev/null
-    db="$pg/caseops_instructions" ;;
+  sqlite|postgres) ;;
   *) echo "usage: $0 sqlite|postgres [BIN] [RUNS] [CALLS]" >&2; exit 2 ;;
 esac
-"$bin" migrate --database "$db" >/dev/null
-valgrind --tool=callgrind --callgrind-out-file="$work/cg.out" \
-  "$bin" serve --database "$db" --listen 18080 --mcp-listen 18081 --log-level error \
-  >"$work/serve.log" 2>&1 &
-pid=$!
-trap 'kill $pid 2>/dev/null || true; wait $pid 2>/dev/null || true; rm -rf "$work"' EXIT
-for _ in $(seq 1 600); do curl -fs http://127.0.0.1:18080/health/ready >/dev/null 2>&1 && break; sleep 0.2; done
-api=(--api http://127.0.0.1:18080 --mcp http://127.0.0.1:18081/mcp)
+out=$(mktemp -d /tmp/caseops_instructions.XXXXXX)
+serve_wrapper=(valgrind --tool=callgrind --callgrind-out-file="$out/cg.out")
+# Under callgrind the server takes far longer to start.
+serve_wait_tries=600
+also_remove=("$out")
+. "$here/fresh_server.sh"
+fresh_server "$backend" "$bin" caseops_instructions
 bench() { "$bin" bench "${api[@]}" --concurrency 1 --warmup 0 --json "$@" >/dev/null; }
 
 bench --scenario agent-run --requests 20
@@ -50,7 +45,7 @@ bench --scenario mcp-call --requests "$calls"
 callgrind_control --dump=calls "$pid" >/dev/null
 
 # Each dump is a file of its own beside the output file, named by its number.
-dumps=("$work"/cg.out.*)
+dumps=("$out"/cg.out.*)
 if [ -n "${CASEOPS_CALLGRIND_KEEP:-}" ]; then
   mkdir -p "$CASEOPS_CALLGRIND_KEEP" && cp "${dumps[@]}" "$CASEOPS_CALLGRIND_KEEP/"
 fi

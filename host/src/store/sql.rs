@@ -351,14 +351,43 @@ impl Sqlite {
             .await
     }
 
-    pub(crate) async fn writer(&self) -> OwnedMutexGuard<rusqlite::Connection> {
-        let conn = self.writer.clone().lock_owned().await;
-        // What this write adds to the WAL is copied shortly after it commits (a
-        // write still open when that copy runs waits in the WAL for the next one).
-        if !self.checkpoint_due.swap(true, Ordering::AcqRel) {
+    pub(crate) async fn writer(&self) -> Writer {
+        Writer {
+            conn: self.writer.clone().lock_owned().await,
+            due: self.checkpoint_due.clone(),
+            checkpointer: self.checkpointer.clone(),
+        }
+    }
+}
+
+/// The writer connection, held. What was written through it is copied into the
+/// database shortly after it is let go: the checkpoint thread is told then, not
+/// when the write begins, so a write that takes longer than the thread's gather
+/// time is not left in the WAL until some later write.
+pub(crate) struct Writer {
+    conn: OwnedMutexGuard<rusqlite::Connection>,
+    due: Arc<AtomicBool>,
+    checkpointer: std::thread::Thread,
+}
+
+impl std::ops::Deref for Writer {
+    type Target = rusqlite::Connection;
+    fn deref(&self) -> &rusqlite::Connection {
+        &self.conn
+    }
+}
+
+impl std::ops::DerefMut for Writer {
+    fn deref_mut(&mut self) -> &mut rusqlite::Connection {
+        &mut self.conn
+    }
+}
+
+impl Drop for Writer {
+    fn drop(&mut self) {
+        if !self.due.swap(true, Ordering::AcqRel) {
             self.checkpointer.unpark();
         }
-        conn
     }
 }
 
@@ -662,7 +691,7 @@ enum TxInner {
 }
 
 struct SqliteTx {
-    conn: OwnedMutexGuard<rusqlite::Connection>,
+    conn: Writer,
     open: bool,
 }
 
@@ -745,7 +774,8 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn each_burst_of_writes_is_copied_into_the_database_without_a_later_commit() {
+    async fn each_burst_of_writes_is_copied_into_the_database_without_a_later_commit_however_slow()
+    {
         let dir = std::env::temp_dir().join(format!("caseops-checkpoint-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let path = dir.join("store.db");
@@ -753,13 +783,15 @@ mod tests {
         let shm = dir.join("store.db-shm");
         // Far below the writer's own threshold (4,000 frames): only the checkpoint
         // thread copies these. The second burst comes after the thread has idled
-        // past its timeout.
+        // past its timeout. Each write is held open past the thread's gather time,
+        // as a slow commit on a busy machine is: it must still be copied.
         for burst in 0..2 {
-            sqlite
-                .writer()
-                .await
+            let writer = sqlite.writer().await;
+            tokio::time::sleep(CHECKPOINT_GATHER * 4).await;
+            writer
                 .execute_batch("CREATE TABLE IF NOT EXISTS t (v TEXT); INSERT INTO t VALUES ('x')")
                 .unwrap();
+            drop(writer);
             let mut seen = (0, 0);
             for _ in 0..500 {
                 seen = wal_frames(&shm);

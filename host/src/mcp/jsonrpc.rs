@@ -44,10 +44,11 @@ impl Malformed {
     }
 }
 
-/// Parses one message. Never panics, whatever the bytes.
+/// Parses one message. Never panics, whatever the bytes. The message's members
+/// are moved out, not copied: `params` holds a tool's arguments.
 pub fn parse(body: &[u8]) -> Result<Incoming, Malformed> {
     let value: Value = serde_json::from_slice(body).map_err(|e| Malformed::Json(e.to_string()))?;
-    let obj = match value {
+    let mut obj = match value {
         Value::Array(_) => return Err(Malformed::Batch),
         Value::Object(obj) => obj,
         _ => return Err(Malformed::Invalid("a message is a JSON object".into())),
@@ -55,30 +56,24 @@ pub fn parse(body: &[u8]) -> Result<Incoming, Malformed> {
     if obj.get("jsonrpc").and_then(Value::as_str) != Some("2.0") {
         return Err(Malformed::Invalid("`jsonrpc` must be \"2.0\"".into()));
     }
-    let id = obj.get("id");
-    if let Some(id) = id
+    let id = obj.remove("id");
+    if let Some(id) = &id
         && !(id.is_string() || id.is_i64() || id.is_u64())
     {
         return Err(Malformed::Invalid(
             "`id` must be a string or an integer".into(),
         ));
     }
-    match obj.get("method") {
+    match obj.remove("method") {
         Some(Value::String(method)) => {
-            let params = match obj.get("params") {
+            let params = match obj.remove("params") {
                 None => Map::new(),
-                Some(Value::Object(p)) => p.clone(),
+                Some(Value::Object(p)) => p,
                 Some(_) => return Err(Malformed::Invalid("`params` must be an object".into())),
             };
             match id {
-                Some(id) => Ok(Incoming::Request {
-                    id: id.clone(),
-                    method: method.clone(),
-                    params,
-                }),
-                None => Ok(Incoming::Notification {
-                    method: method.clone(),
-                }),
+                Some(id) => Ok(Incoming::Request { id, method, params }),
+                None => Ok(Incoming::Notification { method }),
             }
         }
         Some(_) => Err(Malformed::Invalid("`method` must be a string".into())),
@@ -89,12 +84,20 @@ pub fn parse(body: &[u8]) -> Result<Incoming, Malformed> {
     }
 }
 
-pub fn success(id: &Value, result: Value) -> Value {
-    object([
-        ("jsonrpc", Value::from("2.0")),
-        ("id", id.clone()),
-        ("result", result),
-    ])
+/// A response carrying `result`, written without first being made into a `Value`.
+#[derive(Debug, serde::Serialize)]
+pub struct Success<'a, R> {
+    jsonrpc: &'static str,
+    id: &'a Value,
+    result: R,
+}
+
+pub fn success<R: serde::Serialize>(id: &Value, result: R) -> Success<'_, R> {
+    Success {
+        jsonrpc: "2.0",
+        id,
+        result,
+    }
 }
 
 /// An object of the values given, moved in. `json!` would copy each value that
@@ -118,14 +121,10 @@ mod tests {
     #[test]
     fn a_success_carries_its_result_and_id_in_the_members_json_rpc_names() {
         let result = json!({ "structuredContent": { "n": 1 }, "isError": false });
-        let message = success(&json!(7), result.clone());
+        let text = serde_json::to_string(&success(&json!(7), result.clone())).unwrap();
         assert_eq!(
-            message,
-            json!({ "jsonrpc": "2.0", "id": 7, "result": result })
-        );
-        assert_eq!(
-            message.as_object().unwrap().keys().collect::<Vec<_>>(),
-            ["jsonrpc", "id", "result"]
+            text,
+            r#"{"jsonrpc":"2.0","id":7,"result":{"structuredContent":{"n":1},"isError":false}}"#
         );
     }
 

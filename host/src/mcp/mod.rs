@@ -5,4 +5,5 @@ pub mod era;
 pub mod jsonrpc;
 pub mod server;
 pub mod token;
+mod tool_result;
 mod transport;

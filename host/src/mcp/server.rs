@@ -23,6 +23,7 @@ use serde_json::{Map, Value, json};
 use super::era::{self, HANDSHAKE_VERSIONS};
 use super::jsonrpc::{self, Incoming};
 use super::token::{TaskClaims, TokenError, TokenVerifier};
+use super::tool_result::ToolResult;
 
 /// The newest version the `initialize` handshake negotiates.
 pub const LATEST_VERSION: &str = HANDSHAKE_VERSIONS[0];
@@ -359,9 +360,11 @@ impl<B: ContractBundle, D: ToolDispatch + 'static> McpServer<B, D> {
     async fn call(
         &self,
         claims: &TaskClaims,
-        params: &Map<String, Value>,
-    ) -> Result<Value, CallFailure> {
+        mut params: Map<String, Value>,
+    ) -> Result<ToolResult, CallFailure> {
         crate::fault::tool_delay().await;
+        // Moved out, not copied: the arguments are the bulk of a request.
+        let arguments = params.remove("arguments");
         let Some(name) = params.get("name").and_then(Value::as_str) else {
             return Err(CallFailure::Protocol(
                 jsonrpc::INVALID_PARAMS,
@@ -385,9 +388,9 @@ impl<B: ContractBundle, D: ToolDispatch + 'static> McpServer<B, D> {
             );
             return Err(CallFailure::Scope(tool.required_scope.to_string()));
         }
-        let arguments = match params.get("arguments") {
+        let arguments = match arguments {
             None | Some(Value::Null) => json!({}),
-            Some(a @ Value::Object(_)) => a.clone(),
+            Some(a @ Value::Object(_)) => a,
             Some(_) => {
                 return Err(CallFailure::Protocol(
                     jsonrpc::INVALID_PARAMS,
@@ -463,16 +466,11 @@ impl<B: ContractBundle, D: ToolDispatch + 'static> McpServer<B, D> {
                         &claims.task_id,
                     ));
                 }
-                let text = result.to_string();
-                Ok(jsonrpc::object([
-                    ("content", json!([ { "type": "text", "text": text } ])),
-                    ("structuredContent", result),
-                    ("isError", Value::Bool(false)),
-                    (
-                        "_meta",
-                        json!({ "caseops/task_id": claims.task_id, "caseops/bundle_digest": B::BUNDLE_DIGEST }),
-                    ),
-                ]))
+                Ok(ToolResult::new(
+                    &result,
+                    false,
+                    json!({ "caseops/task_id": claims.task_id, "caseops/bundle_digest": B::BUNDLE_DIGEST }),
+                ))
             }
             Err(ToolError::Business { code, message }) => {
                 Ok(tool_error(&code, &message, None, &claims.task_id))
@@ -506,18 +504,12 @@ enum CallFailure {
 }
 
 /// A tool-execution error: `isError: true` with a machine-readable code.
-fn tool_error(code: &str, message: &str, details: Option<Value>, task_id: &str) -> Value {
+fn tool_error(code: &str, message: &str, details: Option<Value>, task_id: &str) -> ToolResult {
     let mut structured = json!({ "code": code, "message": message });
     if let Some(d) = details {
         structured["details"] = d;
     }
-    let text = structured.to_string();
-    jsonrpc::object([
-        ("content", json!([ { "type": "text", "text": text } ])),
-        ("structuredContent", structured),
-        ("isError", Value::Bool(true)),
-        ("_meta", json!({ "caseops/task_id": task_id })),
-    ])
+    ToolResult::new(&structured, true, json!({ "caseops/task_id": task_id }))
 }
 
 fn status(code: StatusCode, message: &str) -> Response {
@@ -722,17 +714,17 @@ async fn authenticated<B: ContractBundle, D: ToolDispatch + 'static>(
             } else {
                 LATEST_VERSION
             };
-            Ok(json!({
+            Ok(Reply::Plain(json!({
                 "protocolVersion": version,
                 "capabilities": { "tools": { "listChanged": false } },
                 "serverInfo": server_info(),
                 "instructions": instructions::<B>(),
-            }))
+            })))
         }
-        "ping" => Ok(json!({})),
-        "tools/list" => s.list(claims, &params),
-        "tools/call" => match call(s, claims, &id, &params).await {
-            Ok(v) => Ok(v),
+        "ping" => Ok(Reply::Plain(json!({}))),
+        "tools/list" => s.list(claims, &params).map(Reply::Plain),
+        "tools/call" => match call(s, claims, &id, params).await {
+            Ok(v) => Ok(Reply::Tool(v)),
             Err(CallFailure::Scope(scope)) => return s.insufficient_scope(&scope),
             Err(CallFailure::Protocol(code, message)) => Err((code, message)),
         },
@@ -763,7 +755,7 @@ async fn stateless<B: ContractBundle, D: ToolDispatch + 'static>(
         result
     };
     let result = match method {
-        "server/discover" => Ok(json!({
+        "server/discover" => Ok(Reply::Plain(json!({
             "supportedVersions": era::all_versions().collect::<Vec<_>>(),
             "capabilities": { "tools": { "listChanged": false } },
             "instructions": instructions::<B>(),
@@ -772,16 +764,16 @@ async fn stateless<B: ContractBundle, D: ToolDispatch + 'static>(
             "ttlMs": s.config.cache_ttl_ms,
             "cacheScope": "public",
             "_meta": { era::SERVER_INFO_KEY: server_info() },
-        })),
+        }))),
         "tools/list" => s.list(claims, &params).map(|r| {
             let mut r = complete(r);
             // What a token sees depends on its scopes and tenant.
             r["ttlMs"] = json!(s.config.cache_ttl_ms);
             r["cacheScope"] = json!("private");
-            r
+            Reply::Plain(r)
         }),
-        "tools/call" => match call(s, claims, &id, &params).await {
-            Ok(v) => Ok(complete(v)),
+        "tools/call" => match call(s, claims, &id, params).await {
+            Ok(v) => Ok(Reply::Tool(v.complete())),
             Err(CallFailure::Scope(scope)) => return s.insufficient_scope(&scope),
             Err(CallFailure::Protocol(code, message)) => Err((code, message)),
         },
@@ -799,24 +791,31 @@ async fn stateless<B: ContractBundle, D: ToolDispatch + 'static>(
     answer(&id, result)
 }
 
+/// What a request is answered with: most results are built as a `Value`; a tool's
+/// is written as it was serialized (see [`ToolResult`]).
+#[derive(serde::Serialize)]
+#[serde(untagged)]
+enum Reply {
+    Plain(Value),
+    Tool(ToolResult),
+}
+
 /// A result or a JSON-RPC error, as the response to request `id`.
-fn answer(id: &Value, result: Result<Value, (i64, String)>) -> Response {
-    let body = match result {
-        Ok(r) => jsonrpc::success(id, r),
-        Err((code, message)) => jsonrpc::error(id, code, &message),
-    };
-    axum::Json(body).into_response()
+fn answer(id: &Value, result: Result<Reply, (i64, String)>) -> Response {
+    match result {
+        Ok(r) => axum::Json(jsonrpc::success(id, r)).into_response(),
+        Err((code, message)) => axum::Json(jsonrpc::error(id, code, &message)).into_response(),
+    }
 }
 
 async fn call<B: ContractBundle, D: ToolDispatch + 'static>(
     s: &McpServer<B, D>,
     claims: &TaskClaims,
     id: &Value,
-    params: &Map<String, Value>,
-) -> Result<Value, CallFailure> {
-    s.call(claims, params)
-        .instrument(call_span(id, params))
-        .await
+    params: Map<String, Value>,
+) -> Result<ToolResult, CallFailure> {
+    let span = call_span(id, &params);
+    s.call(claims, params).instrument(span).await
 }
 
 fn server_info() -> Value {

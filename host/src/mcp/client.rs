@@ -249,6 +249,21 @@ impl<B: ContractBundle> McpClient<B> {
         headers: &[(&'static str, String)],
         body: &Value,
     ) -> Result<Option<Value>, ExecError> {
+        let Some(text) = self.post_text(token, headers, body).await? else {
+            return Ok(None);
+        };
+        serde_json::from_str(&text)
+            .map(Some)
+            .map_err(|_| not_a_message())
+    }
+
+    /// The JSON text of the response message, to be read as the caller needs.
+    async fn post_text(
+        &self,
+        token: &str,
+        headers: &[(&'static str, String)],
+        body: &Value,
+    ) -> Result<Option<String>, ExecError> {
         // Refused before anything was sent: safe to retry. Lost after the request went
         // out: the server may have acted (for a write, an unknown effect).
         let answer = self
@@ -294,7 +309,7 @@ impl<B: ContractBundle> McpClient<B> {
                 });
             }
             // The stateless era answers some protocol errors with these statuses.
-            400 | 404 if jsonrpc_error(&text).is_some() => return Ok(jsonrpc_error(&text)),
+            400 | 404 if jsonrpc_error(&text).is_some() => return Ok(Some(text)),
             502..=504 => {
                 return Err(ExecError::Transient {
                     code: NO_ANSWER.into(),
@@ -303,14 +318,11 @@ impl<B: ContractBundle> McpClient<B> {
             }
             _ => return Err(ExecError::Protocol(format!("HTTP {status}"))),
         }
-        let message = if is_sse {
-            sse_message(&text)
+        if is_sse {
+            sse_message(&text).map(Some).ok_or_else(not_a_message)
         } else {
-            serde_json::from_str(&text).ok()
-        };
-        message
-            .map(Some)
-            .ok_or_else(|| ExecError::Protocol("the response is not a JSON-RPC message".into()))
+            Ok(Some(text))
+        }
     }
 
     /// The session to send a request in: the current one while it is fresh, else a
@@ -406,8 +418,19 @@ impl<B: ContractBundle> McpClient<B> {
         &self,
         token: &str,
         method: &str,
-        mut params: Value,
+        params: Value,
     ) -> Result<Value, ExecError> {
+        self.request_as(token, method, params).await
+    }
+
+    /// [`McpClient::request`], its result read as `R`: only the members `R` names
+    /// are built (a tool result's text copy of itself is skipped, not decoded).
+    async fn request_as<R: Outcome>(
+        &self,
+        token: &str,
+        method: &str,
+        mut params: Value,
+    ) -> Result<R, ExecError> {
         let session = self.negotiated(token).await?;
         let headers = match &session {
             Session::Stateless { version, .. } => {
@@ -427,11 +450,12 @@ impl<B: ContractBundle> McpClient<B> {
             ("method", Value::from(method)),
             ("params", params),
         ]);
-        let mut reply = self
-            .post(token, &headers, &body)
+        let text = self
+            .post_text(token, &headers, &body)
             .await?
             .ok_or_else(|| ExecError::Protocol("a request got no response".into()))?;
-        if let Some(err) = reply.get("error") {
+        let reply: Message<R> = serde_json::from_str(&text).map_err(|_| not_a_message())?;
+        if let Some(err) = reply.error {
             *self.session.lock().await = None;
             return Err(ExecError::Protocol(format!(
                 "{} ({})",
@@ -439,10 +463,11 @@ impl<B: ContractBundle> McpClient<B> {
                 err["code"]
             )));
         }
-        let result = take(&mut reply, "result")
+        let result = reply
+            .result
             .ok_or_else(|| ExecError::Protocol("a response without result".into()))?;
         // Only a complete result is one; an absent type is a handshake-era result.
-        match result.get("resultType").and_then(Value::as_str) {
+        match result.result_type() {
             None | Some("complete") => Ok(result),
             Some(other) => Err(ExecError::Protocol(format!(
                 "the server answered `{method}` with a `{other}` result, which the runtime does not handle"
@@ -508,8 +533,10 @@ fn jsonrpc_error(body: &str) -> Option<Value> {
         .filter(|v| v.get("error").is_some_and(Value::is_object))
 }
 
-/// The first JSON-RPC message in an SSE body (`data:` lines of the first event).
-fn sse_message(text: &str) -> Option<Value> {
+/// The text of the JSON-RPC response in an SSE body: the `data:` lines of the
+/// first event that is one (notifications before it are skipped), else of the last.
+fn sse_message(text: &str) -> Option<String> {
+    let is_json = |data: &str| serde_json::from_str::<serde::de::IgnoredAny>(data).is_ok();
     let mut data = String::new();
     for line in text.lines() {
         if let Some(d) = line.strip_prefix("data:") {
@@ -518,12 +545,12 @@ fn sse_message(text: &str) -> Option<Value> {
             if let Ok(v) = serde_json::from_str::<Value>(&data)
                 && (v.get("result").is_some() || v.get("error").is_some())
             {
-                return Some(v);
+                return Some(data);
             }
             data.clear();
         }
     }
-    serde_json::from_str(&data).ok()
+    is_json(&data).then_some(data)
 }
 
 /// Names, input and output schemas must match exactly.
@@ -567,7 +594,7 @@ impl<B: ContractBundle> Executor for McpClient<B> {
         if let Some(parent) = crate::traces::traceparent() {
             params["_meta"] = json!({ "traceparent": parent });
         }
-        let mut result = match self.request(&token, "tools/call", params).await {
+        let result: CallReply = match self.request_as(&token, "tools/call", params).await {
             Err(ExecError::Transient { code, message })
                 if code == NO_ANSWER && call.tool.risk.is_write() =>
             {
@@ -575,8 +602,8 @@ impl<B: ContractBundle> Executor for McpClient<B> {
             }
             other => other?,
         };
-        if result["isError"] == json!(true) {
-            let s = &result["structuredContent"];
+        if result.is_error == Some(Value::Bool(true)) {
+            let s = result.structured.as_ref().unwrap_or(&Value::Null);
             let code = s["code"].as_str().unwrap_or("TOOL_ERROR").to_string();
             let message = s["message"].as_str().unwrap_or("tool error").to_string();
             return Err(if B::DENY_REASONS.contains(&code.as_str()) {
@@ -589,14 +616,50 @@ impl<B: ContractBundle> Executor for McpClient<B> {
                 ExecError::Business { code, message }
             });
         }
-        take(&mut result, "structuredContent")
+        result
+            .structured
             .ok_or_else(|| ExecError::Protocol("a tool result without structuredContent".into()))
     }
 }
 
-/// A member of an object, moved out of it (a tool's result is most of an answer).
-fn take(object: &mut Value, key: &str) -> Option<Value> {
-    object.as_object_mut()?.remove(key)
+fn not_a_message() -> ExecError {
+    ExecError::Protocol("the response is not a JSON-RPC message".into())
+}
+
+/// A JSON-RPC response as the client reads it; other members are skipped.
+#[derive(serde::Deserialize)]
+struct Message<R> {
+    result: Option<R>,
+    error: Option<Value>,
+}
+
+/// A result: whether it is complete is said the same way for every method.
+trait Outcome: serde::de::DeserializeOwned {
+    fn result_type(&self) -> Option<&str>;
+}
+
+impl Outcome for Value {
+    fn result_type(&self) -> Option<&str> {
+        self.get("resultType").and_then(Value::as_str)
+    }
+}
+
+/// The members of a `tools/call` result the runtime uses. Its `content` (the same
+/// result as text) is scanned past, not decoded into a string.
+#[derive(serde::Deserialize)]
+struct CallReply {
+    #[serde(rename = "structuredContent")]
+    structured: Option<Value>,
+    #[serde(rename = "isError")]
+    is_error: Option<Value>,
+    #[serde(rename = "resultType")]
+    result_type: Option<Value>,
+}
+
+impl Outcome for CallReply {
+    fn result_type(&self) -> Option<&str> {
+        self.result_type.as_ref().and_then(Value::as_str)
+    }
 }
 
 #[cfg(test)]
@@ -608,8 +671,9 @@ mod tests {
         let body = "event: message\ndata: {\"jsonrpc\":\"2.0\",\"method\":\"notifications/progress\"}\n\nevent: message\ndata: {\"jsonrpc\":\"2.0\",\"id\":1,\n data: \"result\":{}}\n\n";
         // the second event spans two data lines; the notification before it is skipped
         let body = body.replace("\n data:", "\ndata:");
+        let message = sse_message(&body).map(|m| serde_json::from_str::<Value>(&m).unwrap());
         assert_eq!(
-            sse_message(&body),
+            message,
             Some(json!({"jsonrpc": "2.0", "id": 1, "result": {}}))
         );
         assert_eq!(sse_message("data: not json\n\n"), None);

@@ -66,7 +66,7 @@ mod tests {
 
     #[test]
     fn the_text_content_and_the_structured_content_are_the_same_json() {
-        let value = json!({ "case": "C-102", "amount": 1250.5, "note": "a \"quoted\" line\n" });
+        let value = json!({ "order": "A-7", "amount": 1250.5, "note": "a \"quoted\" line\n" });
         let written =
             serde_json::to_value(ToolResult::new(&value, false, json!({ "k": 1 }))).unwrap();
         assert_eq!(written["structuredContent"], value);

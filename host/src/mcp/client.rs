@@ -243,27 +243,14 @@ impl<B: ContractBundle> McpClient<B> {
         self.token_for(&ctx)
     }
 
-    async fn post(
+    /// The response message, read as `R`: a `Value`, or only the members a caller
+    /// uses (see [`McpClient::request_as`]).
+    async fn post<R: serde::de::DeserializeOwned>(
         &self,
         token: &str,
         headers: &[(&'static str, String)],
         body: &Value,
-    ) -> Result<Option<Value>, ExecError> {
-        let Some(text) = self.post_text(token, headers, body).await? else {
-            return Ok(None);
-        };
-        serde_json::from_str(&text)
-            .map(Some)
-            .map_err(|_| not_a_message())
-    }
-
-    /// The JSON text of the response message, to be read as the caller needs.
-    async fn post_text(
-        &self,
-        token: &str,
-        headers: &[(&'static str, String)],
-        body: &Value,
-    ) -> Result<Option<String>, ExecError> {
+    ) -> Result<Option<R>, ExecError> {
         // Refused before anything was sent: safe to retry. Lost after the request went
         // out: the server may have acted (for a write, an unknown effect).
         let answer = self
@@ -282,9 +269,10 @@ impl<B: ContractBundle> McpClient<B> {
             is_sse,
             text,
         } = answer;
-        match status.as_u16() {
+        let message = match status.as_u16() {
             202 => return Ok(None),
-            200 => {}
+            200 if is_sse => sse_message(&text).ok_or_else(not_a_message)?,
+            200 => text,
             // The body says why; the class says who can fix it. A refused token or
             // host is the deployment's doing (keys, issuer, public URL), not the
             // run's; only an `insufficient_scope` answer is about the call.
@@ -309,7 +297,7 @@ impl<B: ContractBundle> McpClient<B> {
                 });
             }
             // The stateless era answers some protocol errors with these statuses.
-            400 | 404 if jsonrpc_error(&text).is_some() => return Ok(Some(text)),
+            400 | 404 if jsonrpc_error(&text).is_some() => text,
             502..=504 => {
                 return Err(ExecError::Transient {
                     code: NO_ANSWER.into(),
@@ -317,12 +305,10 @@ impl<B: ContractBundle> McpClient<B> {
                 });
             }
             _ => return Err(ExecError::Protocol(format!("HTTP {status}"))),
-        }
-        if is_sse {
-            sse_message(&text).map(Some).ok_or_else(not_a_message)
-        } else {
-            Ok(Some(text))
-        }
+        };
+        serde_json::from_str(&message)
+            .map(Some)
+            .map_err(|_| not_a_message())
     }
 
     /// The session to send a request in: the current one while it is fresh, else a
@@ -362,7 +348,7 @@ impl<B: ContractBundle> McpClient<B> {
         let headers = era::request_headers(version, "server/discover", &params);
         let body =
             json!({ "jsonrpc": "2.0", "id": id, "method": "server/discover", "params": params });
-        let reply = match self.post(token, &headers, &body).await {
+        let reply: Value = match self.post(token, &headers, &body).await {
             Ok(Some(reply)) => reply,
             Ok(None) => return Ok(None),
             // A status without a JSON-RPC answer: a server that routes by session.
@@ -393,7 +379,7 @@ impl<B: ContractBundle> McpClient<B> {
                 "clientInfo": { "name": CLIENT_NAME, "version": env!("CARGO_PKG_VERSION") },
             },
         });
-        let reply = self
+        let reply: Value = self
             .post(token, &[], &init)
             .await?
             .ok_or_else(|| ExecError::Protocol("initialize got no response".into()))?;
@@ -402,7 +388,7 @@ impl<B: ContractBundle> McpClient<B> {
             .ok_or_else(|| ExecError::Protocol("initialize returned no protocol version".into()))?
             .to_string();
         let note = json!({ "jsonrpc": "2.0", "method": "notifications/initialized" });
-        self.post(
+        self.post::<Value>(
             token,
             &[("mcp-protocol-version", negotiated.clone())],
             &note,
@@ -450,11 +436,10 @@ impl<B: ContractBundle> McpClient<B> {
             ("method", Value::from(method)),
             ("params", params),
         ]);
-        let text = self
-            .post_text(token, &headers, &body)
+        let reply: Message<R> = self
+            .post(token, &headers, &body)
             .await?
             .ok_or_else(|| ExecError::Protocol("a request got no response".into()))?;
-        let reply: Message<R> = serde_json::from_str(&text).map_err(|_| not_a_message())?;
         if let Some(err) = reply.error {
             *self.session.lock().await = None;
             return Err(ExecError::Protocol(format!(

@@ -594,7 +594,8 @@ async fn start_run(
     let mut settlement = signals.watch(&expected);
     // Its own task (a client that gives up cannot cancel a creation half-way),
     // still under the request's span so that the run's trace hangs from it.
-    let admitting = admit(state.clone(), new, known, condition).in_current_span();
+    // Boxed, so that spawning moves a pointer rather than the whole future.
+    let admitting = Box::pin(admit(state.clone(), new, known, condition)).in_current_span();
     let admitted = match tokio::spawn(admitting).await {
         Ok(Ok(a)) => a,
         Ok(Err(e)) => return unavailable(e),

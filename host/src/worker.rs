@@ -294,13 +294,15 @@ impl Workers {
             caseops.run.resumed = fresh.is_none(),
             caseops.run.status = tracing::field::Empty,
         );
+        // Boxed: a run's driver is a future of several kilobytes, which the task
+        // would otherwise hold inline and copy as it is spawned and as it ends.
         let handle = self.tracker.spawn(
-            async move {
+            Box::pin(async move {
                 me.drive(&id, fresh).await;
                 me.local.lock().expect("worker table").remove(&id);
                 drop(permit);
                 me.signals.settled(&id);
-            }
+            })
             .instrument(span),
         );
         // INVARIANT: the entry is still ours: the task removes it only after it

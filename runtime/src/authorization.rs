@@ -471,6 +471,13 @@ pub struct Principal {
     stage: String,
 }
 
+impl Principal {
+    /// The run facts this principal was built from.
+    pub fn spec(&self) -> &RunSpec {
+        &self.spec
+    }
+}
+
 fn risk_group(tool: &ToolContract) -> &'static str {
     match tool.risk {
         crate::contract::Risk::ReadOnly => "ReadOnly",

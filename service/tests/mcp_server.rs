@@ -981,3 +981,29 @@ async fn tokens_scopes_and_tenants_decide_the_same_in_both_eras() {
         "INVALID_ARGUMENTS"
     );
 }
+
+#[tokio::test]
+async fn a_later_token_of_the_same_task_is_decided_by_its_own_claims() {
+    // Every token of this server's issuer names the same task: the Cedar
+    // principal kept for the task must not answer for a token stating other facts.
+    let s = start().await;
+    let server = &s;
+    let snapshot = |token: String| async move {
+        server
+            .call(
+                &token,
+                "caseops_get_case_snapshot",
+                json!({"case_id": "C-102"}),
+            )
+            .await["result"]
+            .clone()
+    };
+    let allowed = snapshot(s.demo_token()).await;
+    assert_eq!(allowed["isError"], false, "{allowed}");
+    let other_case = snapshot(s.token("tenant-demo", "C-103", ALL_SCOPES)).await;
+    assert_eq!(other_case["isError"], true, "{other_case}");
+    let other_tenant = snapshot(s.token("tenant-other", "C-102", ALL_SCOPES)).await;
+    assert_eq!(other_tenant["isError"], true, "{other_tenant}");
+    let again = snapshot(s.demo_token()).await;
+    assert_eq!(again["structuredContent"], allowed["structuredContent"]);
+}

@@ -204,17 +204,10 @@ impl<B: ContractBundle, D: ToolDispatch + 'static> McpServer<B, D> {
             tenant_id: claims.tenant_id.clone(),
             task_id: claims.task_id.clone(),
             subject: claims.sub.clone(),
-            resource_id: claims
-                .resource_id(B::RESOURCE_ID_FIELD)
-                .unwrap_or_default()
-                .to_string(),
+            resource_id: resource_of::<B>(claims).to_string(),
             scopes: claims.scopes(),
             catalog: self.catalog.clone(),
-            // A token names the run's stage; one without starts where runs start.
-            stage: claims
-                .stage
-                .clone()
-                .unwrap_or_else(|| B::STAGES.first().copied().unwrap_or_default().to_string()),
+            stage: stage_of::<B>(claims).to_string(),
             goal: String::new(),
             correlation_id: claims.jti.clone(),
         }
@@ -222,26 +215,25 @@ impl<B: ContractBundle, D: ToolDispatch + 'static> McpServer<B, D> {
 
     /// The task's Cedar entities. Building them was most of a decision's cost and
     /// they depend only on the token's claims, which a task's calls share, so they
-    /// are kept per claims (a verified token's claims never change).
-    fn principal(&self, spec: &RunSpec) -> Result<Arc<Principal>, String> {
-        let key = format!(
-            "{}\n{}\n{}\n{}\n{}\n{}",
-            spec.tenant_id,
-            spec.task_id,
-            spec.subject,
-            spec.resource_id,
-            spec.scopes.join(" "),
-            spec.stage
-        );
-        if let Some(p) = self.principals.lock().expect("principal cache").get(&key) {
-            return Ok(p.clone());
+    /// are kept per task, and reused while a call's claims state the same facts
+    /// (a task's later token may name another stage or other scopes).
+    fn principal(&self, claims: &TaskClaims) -> Result<Arc<Principal>, String> {
+        let kept = self
+            .principals
+            .lock()
+            .expect("principal cache")
+            .get(&claims.task_id)
+            .cloned();
+        if let Some(p) = kept.filter(|p| states_the_same::<B>(p.spec(), claims)) {
+            return Ok(p);
         }
-        let principal = Arc::new(self.authorization.principal(spec, &spec.stage, B::TOOLS)?);
+        let spec = self.spec_of(claims);
+        let principal = Arc::new(self.authorization.principal(&spec, &spec.stage, B::TOOLS)?);
         let mut cache = self.principals.lock().expect("principal cache");
         if cache.len() >= PRINCIPALS_KEPT {
             cache.clear();
         }
-        cache.insert(key, principal.clone());
+        cache.insert(claims.task_id.clone(), principal.clone());
         Ok(principal)
     }
 
@@ -334,7 +326,7 @@ impl<B: ContractBundle, D: ToolDispatch + 'static> McpServer<B, D> {
         claims: &TaskClaims,
         params: &Map<String, Value>,
     ) -> Result<Value, (i64, String)> {
-        let principal = self.principal(&self.spec_of(claims)).ok();
+        let principal = self.principal(claims).ok();
         let visible: Vec<&Value> = self
             .listing
             .iter()
@@ -406,9 +398,7 @@ impl<B: ContractBundle, D: ToolDispatch + 'static> McpServer<B, D> {
                 &claims.task_id,
             ));
         }
-        let spec = self.spec_of(claims);
-        let resource_id = spec.resource_id.clone();
-        let decision = match self.principal(&spec) {
+        let decision = match self.principal(claims) {
             Ok(principal) => self.authorization.authorize_with(
                 &principal,
                 tool,
@@ -436,8 +426,8 @@ impl<B: ContractBundle, D: ToolDispatch + 'static> McpServer<B, D> {
             tenant_id: claims.tenant_id.clone(),
             task_id: claims.task_id.clone(),
             subject: claims.sub.clone(),
-            resource_id,
-            stage: spec.stage.clone(),
+            resource_id: resource_of::<B>(claims).to_string(),
+            stage: stage_of::<B>(claims).to_string(),
             scopes: claims.scopes(),
             tool_call_id: claims.jti.clone(),
             correlation_id: claims.jti.clone(),
@@ -536,23 +526,47 @@ async fn metadata<B: ContractBundle, D: ToolDispatch + 'static>(
 }
 
 fn accepts_both(headers: &HeaderMap) -> bool {
-    let accept = headers
+    // Media types compared in place: this runs on every request.
+    let (mut json, mut sse) = (false, false);
+    let types = headers
         .get_all(header::ACCEPT)
         .iter()
         .filter_map(|v| v.to_str().ok())
-        .collect::<Vec<_>>()
-        .join(",");
-    let types: Vec<String> = accept
-        .split(',')
-        .map(|t| {
-            t.split(';')
-                .next()
-                .unwrap_or("")
-                .trim()
-                .to_ascii_lowercase()
-        })
-        .collect();
-    types.iter().any(|t| t == "application/json") && types.iter().any(|t| t == "text/event-stream")
+        .flat_map(|v| v.split(','))
+        .map(|t| t.split(';').next().unwrap_or("").trim());
+    for t in types {
+        json |= t.eq_ignore_ascii_case("application/json");
+        sse |= t.eq_ignore_ascii_case("text/event-stream");
+    }
+    json && sse
+}
+
+/// The run's resource named by a token (empty when it names none).
+fn resource_of<B: ContractBundle>(claims: &TaskClaims) -> &str {
+    claims.resource_id(B::RESOURCE_ID_FIELD).unwrap_or_default()
+}
+
+/// The run's stage named by a token; one without starts where runs start.
+fn stage_of<B: ContractBundle>(claims: &TaskClaims) -> &str {
+    claims
+        .stage
+        .as_deref()
+        .unwrap_or_else(|| B::STAGES.first().copied().unwrap_or_default())
+}
+
+/// Whether `claims` state the facts `spec` was built from (the task's id aside,
+/// which the caller matched): everything a principal reads of a token.
+fn states_the_same<B: ContractBundle>(spec: &RunSpec, claims: &TaskClaims) -> bool {
+    spec.task_id == claims.task_id
+        && spec.tenant_id == claims.tenant_id
+        && spec.subject == claims.sub
+        && spec.resource_id == resource_of::<B>(claims)
+        && spec.stage == stage_of::<B>(claims)
+        && spec
+            .scopes
+            .iter()
+            .map(String::as_str)
+            .eq(claims.scope.split_whitespace())
 }
 
 async fn mcp<B: ContractBundle, D: ToolDispatch + 'static>(
@@ -844,5 +858,45 @@ fn approval_of(
             Approval::Approved
         }
         _ => Approval::None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn accept(values: &[&str]) -> HeaderMap {
+        let mut headers = HeaderMap::new();
+        for v in values {
+            headers.append(header::ACCEPT, HeaderValue::from_str(v).unwrap());
+        }
+        headers
+    }
+
+    #[test]
+    fn both_media_types_are_found_in_any_case_with_parameters_and_across_headers() {
+        assert!(accepts_both(&accept(&[
+            "application/json, text/event-stream"
+        ])));
+        assert!(accepts_both(&accept(&[
+            "Application/JSON;q=0.9 ,TEXT/Event-Stream; charset=utf-8"
+        ])));
+        assert!(accepts_both(&accept(&[
+            "application/json",
+            "text/event-stream"
+        ])));
+    }
+
+    #[test]
+    fn one_media_type_alone_or_a_lookalike_is_not_enough() {
+        assert!(!accepts_both(&accept(&[])));
+        assert!(!accepts_both(&accept(&["application/json"])));
+        assert!(!accepts_both(&accept(&["text/event-stream, */*"])));
+        assert!(!accepts_both(&accept(&[
+            "application/jsonx, text/event-stream"
+        ])));
+        assert!(!accepts_both(&accept(&[
+            "application/json text/event-stream"
+        ])));
     }
 }

@@ -156,13 +156,14 @@ async fn post_in_process(
     // request, not the run's worker, and a worker that stops waiting does not cut
     // the handler short.
     let router = router.clone();
-    let handled = tokio::spawn(async move {
+    // Boxed, so that spawning moves a pointer rather than the router's future.
+    let handled = tokio::spawn(Box::pin(async move {
         let resp = router.oneshot(req).await.unwrap_or_else(|e| match e {});
         let status = resp.status();
         let is_sse = is_sse(resp.headers());
         let bytes = resp.into_body().collect().await.map(|b| b.to_bytes());
         (status, is_sse, bytes)
-    });
+    }));
     let (status, is_sse, bytes) = match tokio::time::timeout(TIMEOUT, handled).await {
         Ok(Ok(answer)) => answer,
         Ok(Err(e)) => return Err(Lost::NoAnswer(format!("the tool server failed: {e}"))),

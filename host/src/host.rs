@@ -203,6 +203,24 @@ where
     H: ToolDispatch + 'static,
     R: Resources,
 {
+    start_prepared::<B, P, H, R>(config, app, async |_: &Db| Ok(())).await
+}
+
+/// [`start`], with `prepare` run on the database once it is open and migrated,
+/// before any server answers a request or any run is claimed: data a host loads
+/// as it starts (a development server's demo data) is there for the first
+/// request, which a client may send as soon as `/health/ready` answers.
+pub async fn start_prepared<B, P, H, R>(
+    config: HostConfig,
+    app: App<P, impl FnOnce(&Db) -> H, impl FnOnce(&Db) -> R>,
+    prepare: impl AsyncFnOnce(&Db) -> Result<(), crate::store::DbError>,
+) -> Result<RunningHost, HostError>
+where
+    B: ContractBundle,
+    P: Planner + 'static,
+    H: ToolDispatch + 'static,
+    R: Resources,
+{
     // Before anything is bound or created: there would be no server to hand to.
     if config.mcp_transport == McpTransport::InProcess && config.only == Some(Only::Api) {
         return Err(HostError::Setup(
@@ -221,6 +239,7 @@ where
         _ => Some(bind(config.api_listen, "--listen").await?),
     };
     let db = Db::connect(&config.database_url, 8, config.schema).await?;
+    prepare(&db).await?;
     let key = config.signing_key.as_bytes().to_vec();
     // Commits wake an idle in-process relay, so an event leaves within
     // milliseconds of its commit instead of at the next poll.

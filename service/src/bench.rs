@@ -95,6 +95,12 @@ struct Target {
 
 impl Target {
     async fn once(&self) -> bool {
+        self.attempt().await.is_ok()
+    }
+
+    /// One request of the scenario, and what was wrong with it when it did not
+    /// succeed (for the first request, whose failure stops the bench).
+    async fn attempt(&self) -> Result<(), String> {
         let c = &self.config;
         let result = match c.scenario {
             Scenario::AgentRun | Scenario::Replay => {
@@ -132,16 +138,31 @@ impl Target {
                     .await
             }
         };
-        let Ok(response) = result else { return false };
-        let ok_status = response.status().is_success();
-        let Ok(body) = response.json::<Value>().await else {
-            return false;
-        };
-        ok_status
+        let response = result.map_err(|e| format!("it was not answered: {e}"))?;
+        let status = response.status();
+        let body = response
+            .json::<Value>()
+            .await
+            .map_err(|e| format!("it was answered {status} without a JSON body: {e}"))?;
+        let succeeded = status.is_success()
             && match c.scenario {
                 Scenario::McpCall => body["result"]["isError"] == json!(false),
                 _ => body["status"] == "completed",
-            }
+            };
+        if succeeded {
+            return Ok(());
+        }
+        // The answer, shortened: enough to tell a stopped run from a refusal.
+        let mut text = body.to_string();
+        if text.len() > 300 {
+            let cut = (0..=300)
+                .rev()
+                .find(|&i| text.is_char_boundary(i))
+                .unwrap_or(0);
+            text.truncate(cut);
+            text.push('…');
+        }
+        Err(format!("it was answered {status}: {text}"))
     }
 }
 
@@ -177,11 +198,12 @@ pub async fn run(config: BenchConfig) -> Result<BenchReport, String> {
         token,
         replay_key: format!("bench-replay-{}", uuid::Uuid::new_v4().simple()),
     });
-    if !target.once().await {
-        return Err(format!(
-            "the first request failed: is `caseops serve` running at {}?",
-            config.api_url
-        ));
+    if let Err(why) = target.attempt().await {
+        let url = match config.scenario {
+            Scenario::McpCall => &config.mcp_url,
+            _ => &config.api_url,
+        };
+        return Err(format!("the first request to `{url}` failed: {why}"));
     }
     let events = match &config.events_from {
         Some((url, stream)) => Some(crate::event_latency::watch(url, stream).await?),

@@ -315,15 +315,14 @@ async fn main() -> ExitCode {
 async fn serve(args: ServeArgs, planner: AnyPlanner) -> Result<(), String> {
     let config = args.config(&HOST_CLI, dev_keys())?;
     let database = config.database_url.clone();
-    let running = caseops_service::start(config, planner)
+    // Production data is the operator's: only development serving loads the demo
+    // tenants and cases (`caseops seed` loads them anywhere, on request), and
+    // before the servers answer, so that the first request finds them.
+    let demo = (!args.production).then(reference_data);
+    let running = caseops_service::start_seeded(config, planner, demo.as_ref())
         .await
         .map_err(|e| e.to_string())?;
-    // Production data is the operator's: only development serving loads the demo
-    // tenants and cases (`caseops seed` loads them anywhere, on request).
-    if !args.production {
-        seed(&running.db, &reference_data())
-            .await
-            .map_err(|e| e.to_string())?;
+    if demo.is_some() {
         out!(
             "caseops: demo reference data loaded (tenant-demo, tenant-other; not in --production)"
         );
@@ -354,7 +353,7 @@ async fn demo(database: Option<String>) -> Result<(), String> {
         }
     };
     let loopback: SocketAddr = "127.0.0.1:0".parse().expect("literal address");
-    let running = caseops_service::start(
+    let running = caseops_service::start_seeded(
         HostConfig {
             database_url: database.clone(),
             schema: &SCHEMA,
@@ -377,12 +376,10 @@ async fn demo(database: Option<String>) -> Result<(), String> {
             relay: None,
         },
         AnyPlanner::Conformance(ConformancePlanner),
+        Some(&reference_data()),
     )
     .await
     .map_err(|e| e.to_string())?;
-    seed(&running.db, &reference_data())
-        .await
-        .map_err(|e| e.to_string())?;
     let api = format!("http://{}", running.api_addr.expect("api started"));
     out!("CaseOps demo");
     if database.starts_with("sqlite://") && temp.exists() {

@@ -370,3 +370,54 @@ fn migrate_reports_and_advances_the_row_format_and_serve_refuses_an_unknown_one(
     assert!(err.contains("unknown row format `compact-next`"), "{err}");
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+#[test]
+fn bench_says_why_its_first_request_failed() {
+    use std::io::{Read, Write};
+    let dir = tempfile::tempdir().unwrap();
+    // Nothing listens on a port just let go of.
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = closed.local_addr().unwrap().port();
+    drop(closed);
+    let api = format!("http://127.0.0.1:{port}");
+    let mcp = format!("http://127.0.0.1:{port}/mcp");
+    let args = ["bench", "--api", &api, "--mcp", &mcp, "--requests", "1"];
+    let out = caseops(dir.path(), &args);
+    assert_ne!(out.status.code(), Some(0));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains(&format!(
+            "the first request to `{api}` failed: it was not answered"
+        )),
+        "{err}"
+    );
+
+    // A server that answers every request with a refusal: its status and body.
+    let refusing = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let api = format!("http://{}", refusing.local_addr().unwrap());
+    std::thread::spawn(move || {
+        let body = r#"{"error":"database_unavailable"}"#;
+        for stream in refusing.incoming() {
+            let Ok(mut stream) = stream else { return };
+            let mut request = [0u8; 4096];
+            let _ = stream.read(&mut request);
+            let _ = write!(
+                stream,
+                "HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\n\
+                 content-length: {}\r\nconnection: close\r\n\r\n{body}",
+                body.len()
+            );
+        }
+    });
+    let args = ["bench", "--api", &api, "--mcp", &mcp, "--requests", "1"];
+    let out = caseops(dir.path(), &args);
+    assert_ne!(out.status.code(), Some(0));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains(&format!(
+            "the first request to `{api}` failed: it was answered 503 Service Unavailable: \
+             {{\"error\":\"database_unavailable\"}}"
+        )),
+        "{err}"
+    );
+}

@@ -18,7 +18,6 @@ use tracing_subscriber::EnvFilter;
 use tracing_subscriber::Layer;
 use tracing_subscriber::filter::{FilterExt, LevelFilter, filter_fn};
 use tracing_subscriber::layer::SubscriberExt;
-use tracing_subscriber::util::SubscriberInitExt;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum LogFormat {
@@ -58,6 +57,14 @@ impl Default for LogArgs {
 /// Installs the process's log subscriber, writing to standard error (standard
 /// output carries the start-up lines a supervisor reads). A second call does nothing.
 pub fn init(args: &LogArgs) -> Result<(), String> {
+    let subscriber = subscriber(args)?;
+    // Err only when a subscriber is already installed (tests start hosts in-process).
+    let _ = tracing::subscriber::set_global_default(subscriber);
+    Ok(())
+}
+
+/// The log, and the trace export when an endpoint is configured.
+fn subscriber(args: &LogArgs) -> Result<Box<dyn tracing::Subscriber + Send + Sync>, String> {
     let filter = match std::env::var("RUST_LOG") {
         Ok(spec) if !spec.trim().is_empty() => EnvFilter::try_new(&spec)
             .map_err(|e| format!("RUST_LOG `{spec}` is not a log filter: {e}"))?,
@@ -94,12 +101,14 @@ pub fn init(args: &LogArgs) -> Result<(), String> {
             )),
             None => None,
         };
-    // Err only when a subscriber is already installed (tests start hosts in-process).
-    let _ = tracing_subscriber::registry()
-        .with(traces)
-        .with(fmt)
-        .try_init();
-    Ok(())
+    // Without an exporter the trace layer is left out, not added as `None`: an
+    // absent `Option` layer declares an interest in every callsite, which enabled
+    // every span (each one built, its fields formatted and stored) for nobody.
+    let logged = tracing_subscriber::registry().with(fmt);
+    Ok(match traces {
+        Some(traces) => Box::new(logged.with(traces)),
+        None => Box::new(logged),
+    })
 }
 
 /// The tenant a request acted for, set by the handler that authenticated it (an
@@ -156,4 +165,34 @@ pub async fn request_line(listener: &'static str, request: Request, next: Next) 
         "request"
     );
     response
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn without_an_exporter_no_span_is_built_and_events_are_still_logged() {
+        // The environment may choose a filter or an exporter; this is about neither.
+        for name in [
+            "RUST_LOG",
+            "OTEL_EXPORTER_OTLP_ENDPOINT",
+            "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
+        ] {
+            if std::env::var_os(name).is_some() {
+                eprintln!("skipped: `{name}` is set");
+                return;
+            }
+        }
+        let args = LogArgs::default();
+        let Ok(subscriber) = subscriber(&args) else {
+            panic!("the default log arguments build a subscriber")
+        };
+        tracing::subscriber::with_default(subscriber, || {
+            let span = tracing::info_span!("invoke_agent", caseops.run.id = "r-1");
+            assert!(span.is_disabled(), "a span was built with no exporter");
+            assert!(tracing::event_enabled!(tracing::Level::INFO));
+            assert!(!tracing::event_enabled!(tracing::Level::DEBUG));
+        });
+    }
 }

@@ -17,6 +17,7 @@ use serde_json::Value;
 
 use crate::bundle::ContractBundle;
 use crate::contract::ToolContract;
+use crate::decision_cache::DecisionCache;
 use crate::run::{RunSpec, reasons};
 
 const NAMESPACE: &str = "CaseOps";
@@ -74,13 +75,8 @@ pub struct Authorization {
     /// on which task asks, and runs alike share cached decisions.
     names_tasks: bool,
     /// Decisions by everything they read (see [`Authorization::decide`]).
-    decisions: Mutex<HashMap<String, (AuthzDecision, bool)>>,
+    decisions: Mutex<DecisionCache>,
 }
-
-/// Decisions kept; the cache is emptied when full. A deployment's distinct
-/// questions (tenant × case × stage × tool × arguments) in flight at once are far
-/// fewer.
-const DECISIONS_KEPT: usize = 4096;
 
 impl Authorization {
     pub fn load<B: ContractBundle>() -> Result<Self, AuthzLoadError> {
@@ -125,7 +121,7 @@ impl Authorization {
             deny_priority: B::DENY_REASONS,
             authorizer: Authorizer::new(),
             names_tasks: compact.contains("Task::\""),
-            decisions: Mutex::new(HashMap::new()),
+            decisions: Mutex::default(),
         })
     }
 
@@ -337,24 +333,24 @@ impl Authorization {
         arguments: &Value,
         approval: Approval,
     ) -> Result<(AuthzDecision, bool), String> {
-        // The principal's key is JSON and the tool and approval plain names: the NULs
-        // separate them unambiguously, and the arguments' JSON ends the key.
-        let key = format!(
-            "{}\0{}\0{}\0{}",
-            principal.key,
-            tool.name,
-            approval.as_str(),
-            arguments
-        );
-        if let Some(hit) = self.decisions.lock().expect("decision cache").get(&key) {
-            return Ok(hit.clone());
-        }
+        let (key, name) = (principal.key.as_str(), tool.name);
+        let hash = {
+            let cache = self.decisions.lock().expect("decision cache");
+            let hash = cache.hash(key, name, approval, arguments);
+            if let Some(hit) = cache.get(hash, key, name, approval, arguments) {
+                return Ok(hit.clone());
+            }
+            hash
+        };
         let decided = self.evaluate(principal, tool, arguments, approval)?;
-        let mut cache = self.decisions.lock().expect("decision cache");
-        if cache.len() >= DECISIONS_KEPT {
-            cache.clear();
-        }
-        cache.insert(key, decided.clone());
+        self.decisions.lock().expect("decision cache").insert(
+            hash,
+            key,
+            name,
+            approval,
+            arguments,
+            decided.clone(),
+        );
         Ok(decided)
     }
 

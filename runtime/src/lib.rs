@@ -22,6 +22,7 @@ pub mod catalog;
 pub mod conclusion;
 pub mod context;
 pub mod contract;
+mod decision_cache;
 pub mod engine;
 pub mod execution;
 pub mod fingerprint;

@@ -3,6 +3,7 @@
 //! handlers, the C-102 conformance driver, the development keys and the `caseops`
 //! binary; everything generic comes from `caseops-host`.
 
+pub mod allocator;
 pub mod bench;
 pub mod domain;
 pub mod event_latency;

@@ -31,7 +31,7 @@ const HOST_CLI: HostCli = HostCli {
 // A run allocates many small short-lived values (JSON, SQL rows, HTTP headers);
 // under load glibc's malloc took about a fifth of the server's CPU (perf).
 #[global_allocator]
-static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+static ALLOCATOR: caseops_service::allocator::Allocator = caseops_service::allocator::Allocator;
 
 /// Governed AI-agent tool calling for claims investigation: an API that starts agent
 /// runs on cases, tools served over MCP behind task tokens, runs durable in SQLite

@@ -67,25 +67,41 @@ pub fn sha256_hex(bytes: &[u8]) -> String {
 /// Lowercase hex of a digest, two characters per byte.
 pub(crate) fn lower_hex(bytes: &[u8]) -> String {
     const HEX: &[u8; 16] = b"0123456789abcdef";
-    let mut out = String::with_capacity(2 * bytes.len());
+    let mut out = Vec::with_capacity(2 * bytes.len());
     for &b in bytes {
-        out.push(HEX[usize::from(b >> 4)] as char);
-        out.push(HEX[usize::from(b & 15)] as char);
+        out.extend_from_slice(&[HEX[usize::from(b >> 4)], HEX[usize::from(b & 15)]]);
     }
-    out
+    // Only ASCII digits and letters were written.
+    String::from_utf8(out).expect("hex digits are UTF-8")
 }
 
 /// The fingerprint of proposing `tool` with `arguments`.
 pub fn action_fingerprint(tool: &str, arguments: &Value) -> String {
-    let mut bytes = tool.as_bytes().to_vec();
-    bytes.push(0);
-    bytes.extend_from_slice(canonical_json(arguments).as_bytes());
-    sha256_hex(&bytes)
+    fingerprint_of(tool, &canonical_json(arguments))
 }
 
 /// SHA-256 of the canonical arguments alone (the audit record's `arguments_hash`).
 pub fn arguments_hash(arguments: &Value) -> String {
     sha256_hex(canonical_json(arguments).as_bytes())
+}
+
+/// Both of a call's hashes, `(arguments_hash, action_fingerprint)`, from one
+/// canonical form of the arguments.
+pub fn call_hashes(tool: &str, arguments: &Value) -> (String, String) {
+    let canonical = canonical_json(arguments);
+    (
+        sha256_hex(canonical.as_bytes()),
+        fingerprint_of(tool, &canonical),
+    )
+}
+
+fn fingerprint_of(tool: &str, canonical: &str) -> String {
+    let digest = Sha256::new()
+        .chain_update(tool.as_bytes())
+        .chain_update([0])
+        .chain_update(canonical.as_bytes())
+        .finalize();
+    lower_hex(&digest)
 }
 
 #[cfg(test)]
@@ -140,6 +156,23 @@ mod tests {
             arguments_hash(&json!({"label": "道路"})),
             "afb75adca52b48c563066e4da723781f60efe67b8c9a7f5f4a06227bfbdfb9a2"
         );
+    }
+
+    #[test]
+    fn both_hashes_at_once_are_each_hash_alone() {
+        for (tool, args) in [
+            ("tool", json!({})),
+            ("caseops_get_case_snapshot", json!({"case_id": "C-102"})),
+            (
+                "t",
+                json!({"b": [1, 2.5, null], "a": {"z": "道路", "y": "\"q\""}}),
+            ),
+        ] {
+            assert_eq!(
+                call_hashes(tool, &args),
+                (arguments_hash(&args), action_fingerprint(tool, &args))
+            );
+        }
     }
 
     #[test]

@@ -29,9 +29,7 @@
 //! [`stored_request`].
 
 use super::{Db, DbError};
-use caseops_runtime::fingerprint::{
-    action_fingerprint, arguments_hash, canonical_json, sha256_hex,
-};
+use caseops_runtime::fingerprint::{canonical_json, sha256_hex};
 use caseops_runtime::{Checkpoint, RunSpec};
 use serde_json::{Map, Value};
 
@@ -166,10 +164,7 @@ pub(crate) fn stored_hashes<'a>(
 
 /// What a compact ledger row left out: (arguments hash, action fingerprint).
 pub(crate) fn derived_hashes(tool: &str, arguments: &Value) -> (String, String) {
-    (
-        arguments_hash(arguments),
-        action_fingerprint(tool, arguments),
-    )
+    caseops_runtime::fingerprint::call_hashes(tool, arguments)
 }
 
 /// SQL for a ledger row's `bundle_digest` column. Full: `?`, the digest.

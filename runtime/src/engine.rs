@@ -15,7 +15,7 @@ use crate::conclusion::{self, ConclusionCheck, NoDomainRules, Rejection};
 use crate::context::{PlannerView, build_view};
 use crate::contract::{Budgets, OnUnknown, ToolContract};
 use crate::execution::{self, EffectStatus, ExecError, Executor, ToolCall};
-use crate::fingerprint::{action_fingerprint, arguments_hash};
+use crate::fingerprint::call_hashes;
 use crate::goal_assembly;
 use crate::handler::{CallContext, idempotency_key};
 use crate::machine::{IllegalTransition, Machine};
@@ -927,6 +927,7 @@ impl<B: ContractBundle> Engine<B> {
         tool: &ToolContract,
         id: &str,
         arguments: &Value,
+        arguments_hash: String,
         fingerprint: &str,
     ) -> LedgerRow {
         LedgerRow {
@@ -935,7 +936,7 @@ impl<B: ContractBundle> Engine<B> {
             tool_name: tool.name.to_string(),
             tool_version: tool.version.to_string(),
             arguments: arguments.clone(),
-            arguments_hash: arguments_hash(arguments),
+            arguments_hash,
             fingerprint: fingerprint.to_string(),
             idempotency_key: idempotency_key(&run.spec.tenant_id, tool, arguments),
             status: CallStatus::Proposed,
@@ -1075,9 +1076,9 @@ impl<B: ContractBundle> Engine<B> {
         }
 
         let id = format!("{}:{}", run.spec.run_id, run.machine.sequence() + 1);
-        let fingerprint = action_fingerprint(tool.name, &arguments);
-        let span = telemetry::tool_span(tool.name, &id, &fingerprint, tool.risk.as_str());
-        self.tool_step(run, tool, arguments, id, fingerprint, executor, store)
+        let hashes = call_hashes(tool.name, &arguments);
+        let span = telemetry::tool_span(tool.name, &id, &hashes.1, tool.risk.as_str());
+        self.tool_step(run, tool, arguments, id, hashes, executor, store)
             .instrument(span)
             .await
     }
@@ -1091,12 +1092,12 @@ impl<B: ContractBundle> Engine<B> {
         tool: &'static ToolContract,
         arguments: Value,
         id: String,
-        fingerprint: String,
+        (arguments_hash, fingerprint): (String, String),
         executor: &E,
         store: &St,
     ) -> Result<Option<Outcome>, RuntimeError> {
         let now = self.now();
-        let row = self.new_row(run, tool, &id, &arguments, &fingerprint);
+        let row = self.new_row(run, tool, &id, &arguments, arguments_hash, &fingerprint);
         run.pending = Some(Pending { row: row.clone() });
         run.record(row.clone());
         run.go(state("tool_proposed"), None, now)?;

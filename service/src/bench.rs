@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use hdrhistogram::Histogram;
-use serde_json::{Value, json};
+use serde_json::json;
 
 use caseops_host::mcp::era::{self, Preference};
 use caseops_host::mcp::token::TokenIssuer;
@@ -89,8 +89,110 @@ pub fn check_target(url: &str, allow_remote: bool) -> Result<(), String> {
 struct Target {
     http: reqwest::Client,
     config: BenchConfig,
-    token: String,
-    replay_key: String,
+    /// The request of `mcp-call` and `replay`, the same every time: built once, so
+    /// that the client's own cost per request (it shares the machine with the
+    /// server) is sending and reading, not building JSON.
+    fixed: Option<Prepared>,
+}
+
+/// One request of a scenario, ready to send.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Prepared {
+    pub url: String,
+    pub headers: Vec<(&'static str, String)>,
+    pub body: String,
+}
+
+impl Prepared {
+    /// The request as HTTP/1.1 text, for a load tool that sends raw requests
+    /// (`tests/load/mcp_call.lua` has `wrk` send it).
+    pub fn http_text(&self) -> Result<String, String> {
+        let url = reqwest::Url::parse(&self.url)
+            .map_err(|e| format!("`{}` is not a URL: {e}", self.url))?;
+        let host = match (url.host_str(), url.port()) {
+            (Some(h), Some(p)) => format!("{h}:{p}"),
+            (Some(h), None) => h.to_string(),
+            (None, _) => return Err(format!("`{}` names no host", self.url)),
+        };
+        let target = match url.query() {
+            Some(query) => format!("{}?{query}", url.path()),
+            None => url.path().to_string(),
+        };
+        let mut text = format!("POST {target} HTTP/1.1\r\nHost: {host}\r\n");
+        for (name, value) in &self.headers {
+            text.push_str(&format!("{name}: {value}\r\n"));
+        }
+        text.push_str(&format!(
+            "Content-Length: {}\r\n\r\n{}",
+            self.body.len(),
+            self.body
+        ));
+        Ok(text)
+    }
+}
+
+/// What decides whether a tool call succeeded; the rest of the reply is skipped.
+#[derive(serde::Deserialize)]
+struct CallReply {
+    result: Option<CallResult>,
+}
+
+#[derive(serde::Deserialize)]
+struct CallResult {
+    #[serde(rename = "isError")]
+    is_error: Option<bool>,
+}
+
+#[derive(serde::Deserialize)]
+struct RunReply {
+    status: Option<String>,
+}
+
+const GOAL: &str = r#"{"goal":"Check whether claim case C-102 holds every required document."}"#;
+
+/// The request `scenario` sends; `key` is the agent run's Idempotency-Key.
+fn prepare(c: &BenchConfig, token: &str, key: &str) -> Prepared {
+    match c.scenario {
+        Scenario::AgentRun | Scenario::Replay => Prepared {
+            url: format!("{}/v1/cases/C-102/agent-runs", c.api_url),
+            headers: vec![
+                ("content-type", "application/json".into()),
+                ("x-api-key", c.api_key.clone()),
+                ("idempotency-key", key.to_string()),
+            ],
+            body: GOAL.to_string(),
+        },
+        Scenario::McpCall => {
+            let mut params =
+                json!({"name": "caseops_get_case_snapshot", "arguments": {"case_id": "C-102"}});
+            let mut headers = vec![
+                ("authorization", format!("Bearer {token}")),
+                ("accept", "application/json, text/event-stream".into()),
+                ("content-type", "application/json".into()),
+            ];
+            if c.mcp_era != Preference::Handshake {
+                let version = era::STATELESS_VERSIONS[0];
+                params["_meta"] = era::request_meta(version, "caseops-bench");
+                headers.extend(era::request_headers(version, "tools/call", &params));
+            }
+            Prepared {
+                url: c.mcp_url.clone(),
+                headers,
+                body: json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": params})
+                    .to_string(),
+            }
+        }
+    }
+}
+
+/// Whether the reply to `scenario` says the request did what it asked.
+fn succeeded(scenario: Scenario, body: &[u8]) -> bool {
+    match scenario {
+        Scenario::McpCall => serde_json::from_slice::<CallReply>(body)
+            .is_ok_and(|r| r.result.is_some_and(|r| r.is_error == Some(false))),
+        _ => serde_json::from_slice::<RunReply>(body)
+            .is_ok_and(|r| r.status.as_deref() == Some("completed")),
+    }
 }
 
 impl Target {
@@ -101,59 +203,37 @@ impl Target {
     /// One request of the scenario, and what was wrong with it when it did not
     /// succeed (for the first request, whose failure stops the bench).
     async fn attempt(&self) -> Result<(), String> {
-        let c = &self.config;
-        let result = match c.scenario {
-            Scenario::AgentRun | Scenario::Replay => {
-                let key = match c.scenario {
-                    Scenario::Replay => self.replay_key.clone(),
-                    _ => format!("bench-{}", uuid::Uuid::new_v4().simple()),
-                };
-                self.http
-                    .post(format!("{}/v1/cases/C-102/agent-runs", c.api_url))
-                    .header("x-api-key", &c.api_key)
-                    .header("idempotency-key", key)
-                    .json(&json!({ "goal": "Check whether claim case C-102 holds every required document." }))
-                    .send()
-                    .await
-            }
-            Scenario::McpCall => {
-                let mut params =
-                    json!({"name": "caseops_get_case_snapshot", "arguments": {"case_id": "C-102"}});
-                let mut request = self
-                    .http
-                    .post(&c.mcp_url)
-                    .bearer_auth(&self.token)
-                    .header("accept", "application/json, text/event-stream")
-                    .header("content-type", "application/json");
-                if c.mcp_era != Preference::Handshake {
-                    let version = era::STATELESS_VERSIONS[0];
-                    params["_meta"] = era::request_meta(version, "caseops-bench");
-                    for (name, value) in era::request_headers(version, "tools/call", &params) {
-                        request = request.header(name, value);
-                    }
-                }
-                request
-                    .body(json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": params}).to_string())
-                    .send()
-                    .await
+        let fresh;
+        let request = match &self.fixed {
+            Some(fixed) => fixed,
+            None => {
+                let key = format!("bench-{}", uuid::Uuid::new_v4().simple());
+                fresh = prepare(&self.config, "", &key);
+                &fresh
             }
         };
-        let response = result.map_err(|e| format!("it was not answered: {e}"))?;
+        let mut builder = self.http.post(&request.url);
+        for (name, value) in &request.headers {
+            builder = builder.header(*name, value);
+        }
+        let response = builder
+            .body(request.body.clone())
+            .send()
+            .await
+            .map_err(|e| format!("it was not answered: {e}"))?;
         let status = response.status();
         let body = response
-            .json::<Value>()
+            .bytes()
             .await
-            .map_err(|e| format!("it was answered {status} without a JSON body: {e}"))?;
-        let succeeded = status.is_success()
-            && match c.scenario {
-                Scenario::McpCall => body["result"]["isError"] == json!(false),
-                _ => body["status"] == "completed",
-            };
-        if succeeded {
+            .map_err(|e| format!("it was answered {status}, then its body broke off: {e}"))?;
+        if status.is_success() && succeeded(self.config.scenario, &body) {
             return Ok(());
         }
         // The answer, shortened: enough to tell a stopped run from a refusal.
-        let mut text = body.to_string();
+        if serde_json::from_slice::<serde::de::IgnoredAny>(&body).is_err() {
+            return Err(format!("it was answered {status} without a JSON body"));
+        }
+        let mut text = String::from_utf8_lossy(&body).into_owned();
         if text.len() > 300 {
             let cut = (0..=300)
                 .rev()
@@ -166,6 +246,45 @@ impl Target {
     }
 }
 
+/// The task token `mcp-call` sends, as the server's issuer would sign it.
+fn bench_token(config: &BenchConfig) -> Result<String, String> {
+    let issuer = TokenIssuer::new(
+        config.signing_key.as_bytes(),
+        &config.token_issuer,
+        config.mcp_url.clone(),
+        "case_id",
+        600,
+    )
+    .map_err(|e| e.to_string())?;
+    issuer
+        .issue(
+            "bench",
+            "tenant-demo",
+            "task-bench",
+            "C-102",
+            &["case:read".to_string()],
+        )
+        .map_err(|e| e.to_string())
+}
+
+/// The request a scenario sends every time, for another load tool to send: an
+/// `agent-run` has none (each request needs a new Idempotency-Key).
+pub fn fixed_request(config: &BenchConfig) -> Result<Prepared, String> {
+    match config.scenario {
+        Scenario::AgentRun => Err(
+            "`agent-run` sends a new Idempotency-Key with every request, so it has no fixed \
+             request; tests/load/run.lua makes one per request for wrk"
+                .into(),
+        ),
+        Scenario::Replay => Ok(prepare(
+            config,
+            "",
+            &format!("bench-replay-{}", uuid::Uuid::new_v4().simple()),
+        )),
+        Scenario::McpCall => Ok(prepare(config, &bench_token(config)?, "")),
+    }
+}
+
 pub async fn run(config: BenchConfig) -> Result<BenchReport, String> {
     check_target(&config.api_url, config.allow_remote)?;
     check_target(&config.mcp_url, config.allow_remote)?;
@@ -175,28 +294,14 @@ pub async fn run(config: BenchConfig) -> Result<BenchReport, String> {
         .timeout(Duration::from_secs(30))
         .build()
         .map_err(|e| e.to_string())?;
-    let issuer = TokenIssuer::new(
-        config.signing_key.as_bytes(),
-        &config.token_issuer,
-        config.mcp_url.clone(),
-        "case_id",
-        600,
-    )
-    .map_err(|e| e.to_string())?;
-    let token = issuer
-        .issue(
-            "bench",
-            "tenant-demo",
-            "task-bench",
-            "C-102",
-            &["case:read".to_string()],
-        )
-        .map_err(|e| e.to_string())?;
+    let fixed = match config.scenario {
+        Scenario::AgentRun => None,
+        _ => Some(fixed_request(&config)?),
+    };
     let target = Arc::new(Target {
         http,
         config: config.clone(),
-        token,
-        replay_key: format!("bench-replay-{}", uuid::Uuid::new_v4().simple()),
+        fixed,
     });
     if let Err(why) = target.attempt().await {
         let url = match config.scenario {
@@ -286,6 +391,73 @@ pub async fn run(config: BenchConfig) -> Result<BenchReport, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn config(scenario: Scenario) -> BenchConfig {
+        BenchConfig {
+            scenario,
+            api_url: "http://127.0.0.1:8080".into(),
+            mcp_url: "http://127.0.0.1:8081/mcp".into(),
+            api_key: "key".into(),
+            signing_key: "k".repeat(32),
+            token_issuer: "http://127.0.0.1:8080".into(),
+            mcp_era: Preference::Handshake,
+            concurrency: 1,
+            duration: Duration::from_secs(1),
+            requests: None,
+            warmup: Duration::ZERO,
+            allow_remote: false,
+            events_from: None,
+        }
+    }
+
+    #[test]
+    fn a_printed_request_is_the_call_as_http_text_with_its_exact_length() {
+        let text = fixed_request(&config(Scenario::McpCall))
+            .and_then(|r| r.http_text())
+            .unwrap();
+        let (head, body) = text.split_once("\r\n\r\n").unwrap();
+        let mut lines = head.split("\r\n");
+        assert_eq!(lines.next(), Some("POST /mcp HTTP/1.1"));
+        let headers: Vec<&str> = lines.collect();
+        assert!(headers.contains(&"Host: 127.0.0.1:8081"), "{headers:?}");
+        assert!(
+            headers
+                .iter()
+                .any(|h| h.starts_with("authorization: Bearer ey")),
+            "{headers:?}"
+        );
+        assert!(headers.contains(&format!("Content-Length: {}", body.len()).as_str()));
+        let call: serde_json::Value = serde_json::from_str(body).unwrap();
+        assert_eq!(call["method"], "tools/call");
+        assert_eq!(call["params"]["name"], "caseops_get_case_snapshot");
+    }
+
+    #[test]
+    fn a_fresh_agent_run_has_no_fixed_request_to_print() {
+        let why = fixed_request(&config(Scenario::AgentRun)).unwrap_err();
+        assert!(why.contains("Idempotency-Key"), "{why}");
+        let replay = fixed_request(&config(Scenario::Replay)).unwrap();
+        assert!(replay.url.ends_with("/v1/cases/C-102/agent-runs"));
+    }
+
+    #[test]
+    fn only_a_tool_result_without_an_error_or_a_completed_run_counts_as_success() {
+        let call = |body: &str| succeeded(Scenario::McpCall, body.as_bytes());
+        assert!(call(
+            r#"{"jsonrpc":"2.0","id":1,"result":{"content":[],"isError":false}}"#
+        ));
+        assert!(!call(
+            r#"{"jsonrpc":"2.0","id":1,"result":{"content":[],"isError":true}}"#
+        ));
+        assert!(!call(
+            r#"{"jsonrpc":"2.0","id":1,"error":{"code":-32602,"message":"x"}}"#
+        ));
+        assert!(!call("not json"));
+        let run = |body: &str| succeeded(Scenario::AgentRun, body.as_bytes());
+        assert!(run(r#"{"run_id":"run-1","status":"completed","steps":4}"#));
+        assert!(!run(r#"{"run_id":"run-1","status":"needs_human"}"#));
+        assert!(!run(r#"{"error":"no such case"}"#));
+    }
 
     #[test]
     fn only_loopback_targets_are_allowed_by_default() {

@@ -123,6 +123,11 @@ enum Command {
         /// Print one JSON object instead of a table row.
         #[arg(long)]
         json: bool,
+        /// Print the request the scenario sends, as HTTP/1.1 text, and send nothing:
+        /// for another load tool (`tests/load/mcp_call.lua` has `wrk` send it).
+        /// `mcp-call` and `replay` only; an `agent-run` needs a new key each time.
+        #[arg(long, conflicts_with_all = ["json", "events_from"])]
+        print_request: bool,
         /// Allow a target that is not a loopback address.
         #[arg(long)]
         allow_remote: bool,
@@ -243,6 +248,7 @@ async fn main() -> ExitCode {
             mcp_era,
             token_issuer,
             json,
+            print_request,
             allow_remote,
             events_from,
             events_stream,
@@ -266,6 +272,26 @@ async fn main() -> ExitCode {
                 allow_remote,
                 events_from: events_from.map(|url| (url, events_stream)),
             };
+            if print_request {
+                // Exactly the request, without a final newline: a load tool sends
+                // the file as it is.
+                return match caseops_service::bench::fixed_request(&config)
+                    .and_then(|r| r.http_text())
+                    .and_then(|text| {
+                        use std::io::Write as _;
+                        let mut stdout = std::io::stdout();
+                        stdout
+                            .write_all(text.as_bytes())
+                            .and_then(|()| stdout.flush())
+                            .map_err(|e| format!("cannot write the request: {e}"))
+                    }) {
+                    Ok(()) => ExitCode::SUCCESS,
+                    Err(message) => {
+                        eprintln!("error: {message}");
+                        ExitCode::from(1)
+                    }
+                };
+            }
             match caseops_service::bench::run(config).await {
                 Ok(r) if json => {
                     out!("{}", serde_json::to_string(&r).unwrap_or_default());

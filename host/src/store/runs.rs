@@ -1580,6 +1580,11 @@ impl SqlRunStore {
             let gated = Statement::gated_named(fence, parts, flush);
             db.write_returning(&gated.sql, &gated.params).await?.len()
         } else {
+            // SQLite's one writer is held from here to the commit, and at c=8 it is
+            // what runs wait for: what needs nothing from the transaction (the
+            // batch's rows, serialized) is built before it begins.
+            let sqlite_parts = (db.dialect == Dialect::Sqlite)
+                .then(|| self.batch_statements(batch, "true", place));
             let mut tx = if flush {
                 db.begin_write().await?
             } else {
@@ -1687,7 +1692,7 @@ impl SqlRunStore {
                 Dialect::Sqlite => {
                     let held = tx.execute(&fence.sql, &fence.params).await? as usize;
                     if held == 1 {
-                        let mut parts = self.batch_statements(batch, "true", place);
+                        let mut parts = sqlite_parts.unwrap_or_default();
                         parts.extend(events);
                         for part in &parts {
                             tx.execute(&part.sql, &part.params).await?;

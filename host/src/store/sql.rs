@@ -268,6 +268,8 @@ impl Row {
 #[derive(Debug)]
 pub(crate) struct Sqlite {
     writer: Arc<Mutex<rusqlite::Connection>>,
+    /// Tasks waiting for the writer (see [`Writer::others_wait`]).
+    waiting: Arc<AtomicUsize>,
     readers: Vec<Arc<Mutex<rusqlite::Connection>>>,
     next: AtomicUsize,
     /// Set by each write, taken by the checkpoint thread.
@@ -330,6 +332,7 @@ impl Sqlite {
             .map_err(|e| format!("cannot start the checkpoint thread: {e}"))?;
         Ok(Self {
             writer,
+            waiting: Arc::default(),
             readers,
             next: AtomicUsize::new(0),
             checkpoint_due,
@@ -352,8 +355,20 @@ impl Sqlite {
     }
 
     pub(crate) async fn writer(&self) -> Writer {
+        // Counted while waiting, cancelled or not: the guard takes it back.
+        struct Waiting<'a>(&'a AtomicUsize);
+        impl Drop for Waiting<'_> {
+            fn drop(&mut self) {
+                self.0.fetch_sub(1, Ordering::Relaxed);
+            }
+        }
+        self.waiting.fetch_add(1, Ordering::Relaxed);
+        let waiting = Waiting(&self.waiting);
+        let conn = self.writer.clone().lock_owned().await;
+        drop(waiting);
         Writer {
-            conn: self.writer.clone().lock_owned().await,
+            waiting: self.waiting.clone(),
+            conn,
             due: self.checkpoint_due.clone(),
             checkpointer: self.checkpointer.clone(),
         }
@@ -365,9 +380,20 @@ impl Sqlite {
 /// when the write begins, so a write that takes longer than the thread's gather
 /// time is not left in the WAL until some later write.
 pub(crate) struct Writer {
+    waiting: Arc<AtomicUsize>,
     conn: OwnedMutexGuard<rusqlite::Connection>,
     due: Arc<AtomicBool>,
     checkpointer: std::thread::Thread,
+}
+
+impl Writer {
+    /// Whether another task waits for the writer. The lock is handed to the first
+    /// waiter when it is let go, but that task runs only when its worker thread
+    /// gets to it: woken from this task, it sits in this thread's next-task slot,
+    /// which the other thread cannot steal, behind whatever this task does next.
+    fn others_wait(&self) -> bool {
+        self.waiting.load(Ordering::Relaxed) > 0
+    }
 }
 
 impl std::ops::Deref for Writer {
@@ -743,6 +769,14 @@ impl Tx {
             TxInner::Sqlite(mut s) => {
                 s.conn.execute_batch("COMMIT")?;
                 s.open = false;
+                let handed_over = s.conn.others_wait();
+                drop(s);
+                // Let the task that now holds the writer run before this one goes
+                // on (see `Writer::others_wait`): at c=8 the writer was left
+                // waiting for its next holder while both threads had work.
+                if handed_over {
+                    tokio::task::yield_now().await;
+                }
                 Ok(())
             }
             // COMMIT runs to its end even if the caller is dropped meanwhile: the
@@ -810,6 +844,64 @@ mod tests {
         }
         drop(sqlite);
         let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn a_commit_lets_the_task_waiting_for_the_writer_run_before_it_goes_on() {
+        let dir = tempfile_dir("handover");
+        let backend = Arc::new(Backend::Sqlite(
+            Sqlite::open(dir.join("store.db").to_str().unwrap(), 1).unwrap(),
+        ));
+        let mut tx = backend.begin_write(true).await.unwrap();
+        tx.execute("CREATE TABLE t (v INTEGER)", &[]).await.unwrap();
+        let got_it = Arc::new(AtomicBool::new(false));
+        let waiter = {
+            let (backend, got_it) = (backend.clone(), got_it.clone());
+            tokio::spawn(async move {
+                let tx = backend.begin_write(true).await.unwrap();
+                got_it.store(true, Ordering::SeqCst);
+                tx.commit().await.unwrap();
+            })
+        };
+        // The waiter queues for the writer while the transaction holds it.
+        tokio::task::yield_now().await;
+        assert!(!got_it.load(Ordering::SeqCst));
+        tx.commit().await.unwrap();
+        assert!(
+            got_it.load(Ordering::SeqCst),
+            "the committing task went on while the writer waited for its next holder"
+        );
+        waiter.await.unwrap();
+        drop(backend);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn a_commit_with_nobody_waiting_returns_without_yielding() {
+        let dir = tempfile_dir("alone");
+        let backend =
+            Backend::Sqlite(Sqlite::open(dir.join("store.db").to_str().unwrap(), 1).unwrap());
+        let ran = Arc::new(AtomicBool::new(false));
+        let other = {
+            let ran = ran.clone();
+            tokio::spawn(async move { ran.store(true, Ordering::SeqCst) })
+        };
+        let tx = backend.begin_write(true).await.unwrap();
+        tx.commit().await.unwrap();
+        // No task waited for the writer, so the spawned one has not run yet.
+        assert!(!ran.load(Ordering::SeqCst));
+        other.await.unwrap();
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    fn tempfile_dir(name: &str) -> std::path::PathBuf {
+        let dir = std::env::temp_dir().join(format!(
+            "caseops-writer-{name}-{}-{}",
+            std::process::id(),
+            uuid::Uuid::new_v4().simple()
+        ));
+        std::fs::create_dir_all(&dir).unwrap();
+        dir
     }
 
     #[test]

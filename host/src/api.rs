@@ -592,14 +592,13 @@ async fn start_run(
         .map_or_else(|| new.spec.run_id.clone(), |r| r.run_id.clone());
     let signals = state.workers.signals();
     let mut settlement = signals.watch(&expected);
-    // Its own task (a client that gives up cannot cancel a creation half-way),
+    // Detachable (a client that gives up cannot cancel a creation half-way),
     // still under the request's span so that the run's trace hangs from it.
-    // Boxed, so that spawning moves a pointer rather than the whole future.
-    let admitting = Box::pin(admit(state.clone(), new, known, condition)).in_current_span();
-    let admitted = match tokio::spawn(admitting).await {
-        Ok(Ok(a)) => a,
-        Ok(Err(e)) => return unavailable(e),
-        Err(e) => return internal(e),
+    let admitting = admit(state.clone(), new, known, condition).in_current_span();
+    let admitted = match crate::detachable::Detachable::new(admitting).await {
+        Some(Ok(a)) => a,
+        Some(Err(e)) => return unavailable(e),
+        None => return internal("the run's admission panicked"),
     };
     let (record, created) = match admitted {
         Admitted::Conflict => return conflict(),

@@ -25,6 +25,7 @@ pub mod api;
 pub mod approvals_api;
 pub mod cli;
 pub mod console;
+mod detachable;
 pub mod event_types;
 pub mod events;
 pub mod fault;

@@ -15,6 +15,7 @@ use http_body_util::BodyExt;
 use tower::ServiceExt;
 
 use super::client::InProcessUrlError;
+use crate::detachable::Detachable;
 
 /// The answer to one POST, whichever way it travelled.
 pub(crate) struct Answer {
@@ -152,21 +153,25 @@ async fn post_in_process(
     let req = req
         .body(Body::from(body))
         .map_err(|e| Lost::NotSent(format!("the request cannot be built: {e}")))?;
-    // Its own task, as a connection would be: a panic in a tool handler ends that
-    // request, not the run's worker, and a worker that stops waiting does not cut
-    // the handler short.
+    // As if in its own task, as a connection would be (see `Detachable`), but
+    // polled in the run's: a task spawned per call woke the other worker thread,
+    // which took the call over, and the run's work went back and forth between
+    // the two threads.
     let router = router.clone();
-    // Boxed, so that spawning moves a pointer rather than the router's future.
-    let handled = tokio::spawn(Box::pin(async move {
+    let handled = Detachable::new(async move {
         let resp = router.oneshot(req).await.unwrap_or_else(|e| match e {});
         let status = resp.status();
         let is_sse = is_sse(resp.headers());
         let bytes = resp.into_body().collect().await.map(|b| b.to_bytes());
         (status, is_sse, bytes)
-    }));
+    });
     let (status, is_sse, bytes) = match tokio::time::timeout(TIMEOUT, handled).await {
-        Ok(Ok(answer)) => answer,
-        Ok(Err(e)) => return Err(Lost::NoAnswer(format!("the tool server failed: {e}"))),
+        Ok(Some(answer)) => answer,
+        Ok(None) => {
+            return Err(Lost::NoAnswer(
+                "the tool server failed: its handler panicked".into(),
+            ));
+        }
         Err(_) => {
             return Err(Lost::NoAnswer(
                 "the tool server did not answer in time".into(),

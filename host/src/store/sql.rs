@@ -1006,6 +1006,22 @@ mod tests {
         let _ = std::fs::remove_dir_all(&dir);
     }
 
+    /// A fresh SQLite store in its own folder, with a table `t (v TEXT PRIMARY KEY)`.
+    async fn store_with_table(
+        name: &str,
+    ) -> (std::path::PathBuf, std::path::PathBuf, Arc<Backend>) {
+        let dir = tempfile_dir(name);
+        let path = dir.join("store.db");
+        let backend = Arc::new(Backend::Sqlite(
+            Sqlite::open(path.to_str().unwrap(), 1).unwrap(),
+        ));
+        backend
+            .execute("CREATE TABLE t (v TEXT PRIMARY KEY)", &[])
+            .await
+            .unwrap();
+        (dir, path, backend)
+    }
+
     fn rows_of(path: &std::path::Path) -> Vec<String> {
         let conn = rusqlite::Connection::open(path).unwrap();
         let mut stmt = conn.prepare("SELECT v FROM t ORDER BY v").unwrap();
@@ -1017,15 +1033,7 @@ mod tests {
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn queued_commits_share_the_writer_and_each_is_visible_when_it_returns() {
-        let dir = tempfile_dir("group");
-        let path = dir.join("store.db");
-        let backend = Arc::new(Backend::Sqlite(
-            Sqlite::open(path.to_str().unwrap(), 1).unwrap(),
-        ));
-        backend
-            .execute("CREATE TABLE t (v TEXT PRIMARY KEY)", &[])
-            .await
-            .unwrap();
+        let (dir, path, backend) = store_with_table("group").await;
         let mut tasks = Vec::new();
         for i in 0..16 {
             let (backend, path) = (backend.clone(), path.clone());
@@ -1058,15 +1066,7 @@ mod tests {
 
     #[tokio::test(flavor = "current_thread")]
     async fn a_transaction_dropped_in_a_shared_one_undoes_only_its_own_writes() {
-        let dir = tempfile_dir("undo");
-        let path = dir.join("store.db");
-        let backend = Arc::new(Backend::Sqlite(
-            Sqlite::open(path.to_str().unwrap(), 1).unwrap(),
-        ));
-        backend
-            .execute("CREATE TABLE t (v TEXT PRIMARY KEY)", &[])
-            .await
-            .unwrap();
+        let (dir, path, backend) = store_with_table("undo").await;
         let mut first = backend.begin_write(true).await.unwrap();
         first
             .execute("INSERT INTO t VALUES ('kept')", &[])

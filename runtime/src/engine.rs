@@ -831,6 +831,14 @@ impl<B: ContractBundle> Engine<B> {
         point: CommitPoint,
         store: &St,
     ) -> Result<(), RuntimeError> {
+        let batch = self.batch(run, point);
+        store.commit(batch).await?;
+        run.spec_recorded = true;
+        Ok(())
+    }
+
+    /// What the run writes at `point`, taken out of the run.
+    fn batch(&self, run: &mut Run<B::State>, point: CommitPoint) -> Batch {
         // A finished run is resumed from its outcome, never from a snapshot.
         if point != CommitPoint::Terminal && !run.checkpoints.is_empty() {
             let snapshot = run.snapshot();
@@ -838,7 +846,7 @@ impl<B: ContractBundle> Engine<B> {
                 last.snapshot = Some(snapshot);
             }
         }
-        let batch = Batch {
+        Batch {
             run_id: run.spec.run_id.clone(),
             point,
             spec: (!run.spec_recorded).then(|| run.spec.clone()),
@@ -848,10 +856,7 @@ impl<B: ContractBundle> Engine<B> {
             step_count: run.controls.step_count(),
             outcome: run.outcome.clone(),
             approval: run.asking.take(),
-        };
-        store.commit(batch).await?;
-        run.spec_recorded = true;
-        Ok(())
+        }
     }
 
     /// Ends the run in `to` with `reason` (for stages that return `Option<Outcome>`).
@@ -1210,19 +1215,34 @@ impl<B: ContractBundle> Engine<B> {
             run.go(state("tool_running"), None, now)?;
         }
         let read_only = tool.risk == crate::contract::Risk::ReadOnly;
-        self.commit(run, CommitPoint::BeforeTool { read_only }, store)
-            .await?;
-
+        let batch = self.batch(run, CommitPoint::BeforeTool { read_only });
         let call = self.tool_call(run, tool, &id, arguments.clone(), approved);
-        let started = std::time::Instant::now();
-        let executed = execution::execute(executor, call.clone(), &self.budgets).await;
+        let execute = async {
+            let started = std::time::Instant::now();
+            let executed = execution::execute(executor, call.clone(), &self.budgets).await;
+            (executed, started.elapsed())
+        };
+        let (executed, took) = if read_only {
+            // A read-only call may run twice: recovery discards an interrupted one
+            // and plans it again, which is why its commit need not be flushed either.
+            // So it runs while its commit is under way instead of after it (one round
+            // trip less per call on a networked database). The run goes on only when
+            // both are done, and a failed commit discards the result.
+            let (committed, executed) = tokio::join!(store.commit(batch), execute);
+            committed?;
+            executed
+        } else {
+            store.commit(batch).await?;
+            execute.await
+        };
+        run.spec_recorded = true;
         row.attempt_count = executed.attempts;
         let now = self.now();
         let class = match &executed.result {
             Ok(_) => "ok",
             Err(e) => e.class(),
         };
-        telemetry::tool_call(tool.name, class, executed.attempts, started.elapsed());
+        telemetry::tool_call(tool.name, class, executed.attempts, took);
         match executed.result {
             Ok(result) => match normalize(&self.validators, tool, &id, &arguments, result) {
                 Ok(obs) => {

@@ -1036,3 +1036,172 @@ fn a_cached_decision_is_the_one_a_fresh_evaluation_gives() {
         warm.authorization().authorize_as(&b, tool, &args)
     );
 }
+
+/// A memory store that logs when each commit returns, and makes the commits before
+/// a tool wait: a read-only call's until its tool has run (or 2 s have passed, when
+/// it refuses), a write's for a moment, so that a call run too early shows.
+struct WatchingStore {
+    inner: MemoryStore,
+    log: Arc<std::sync::Mutex<Vec<String>>>,
+}
+
+impl caseops_runtime::RunStore for WatchingStore {
+    async fn commit(
+        &self,
+        batch: caseops_runtime::store::Batch,
+    ) -> Result<(), caseops_runtime::store::StoreError> {
+        use caseops_runtime::store::{CommitPoint, StoreError};
+        let executed = || self.log.lock().unwrap().len();
+        match batch.point {
+            CommitPoint::BeforeTool { read_only: true } => {
+                let before = executed();
+                let deadline = tokio::time::Instant::now() + Duration::from_secs(2);
+                while executed() == before {
+                    if tokio::time::Instant::now() > deadline {
+                        return Err(StoreError::Unavailable(
+                            "the call did not run while its commit was under way".into(),
+                        ));
+                    }
+                    tokio::time::sleep(Duration::from_millis(1)).await;
+                }
+            }
+            CommitPoint::BeforeTool { read_only: false } => {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            _ => {}
+        }
+        let point = format!("{:?}", batch.point);
+        self.inner.commit(batch).await?;
+        self.log.lock().unwrap().push(format!("committed {point}"));
+        Ok(())
+    }
+
+    async fn load(
+        &self,
+        run_id: &str,
+    ) -> Result<Option<caseops_runtime::store::StoredRun>, caseops_runtime::store::StoreError> {
+        self.inner.load(run_id).await
+    }
+}
+
+/// An executor answering as `ok_executor` does, logging each call in `log`.
+fn logging_executor(
+    log: Arc<std::sync::Mutex<Vec<String>>>,
+) -> ScriptExecutor<
+    impl Fn(&caseops_runtime::ToolCall, usize) -> Result<serde_json::Value, ExecError> + Send + Sync,
+> {
+    ScriptExecutor::new(move |c: &caseops_runtime::ToolCall, _| {
+        log.lock()
+            .unwrap()
+            .push(format!("executed {}", c.tool.name));
+        Ok(result_for(c.tool.name, &c.arguments))
+    })
+}
+
+#[tokio::test]
+async fn a_read_only_call_runs_while_its_commit_is_under_way() {
+    let log = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let store = WatchingStore {
+        inner: MemoryStore::new(),
+        log: log.clone(),
+    };
+    let out = engine()
+        .start(
+            spec("r-beside"),
+            &ScriptPlanner::new(c102_script()),
+            &logging_executor(log.clone()),
+            &store,
+        )
+        .await
+        .unwrap();
+    assert_eq!(out.status, "completed", "{out:?}");
+    let log = log.lock().unwrap();
+    // Each call ran before the commit that precedes it returned.
+    let first = log
+        .iter()
+        .position(|l| l == "executed caseops_get_case_snapshot")
+        .unwrap();
+    assert_eq!(
+        log[first + 1],
+        "committed BeforeTool { read_only: true }",
+        "{log:?}"
+    );
+    assert_legal_path(&store.inner, "r-beside");
+}
+
+#[tokio::test]
+async fn a_write_call_runs_only_after_its_commit_returned() {
+    use caseops_fixture_generated::Bundle as Fixture;
+    let log = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let store = WatchingStore {
+        inner: MemoryStore::new(),
+        log: log.clone(),
+    };
+    let script = vec![
+        call("inventory_lookup", json!({"shelf_id": "S-1", "sku": "ABC"})),
+        call(
+            "inventory_reserve",
+            json!({"shelf_id": "S-1", "sku": "ABC", "units": 5}),
+        ),
+        final_answer(),
+    ];
+    Engine::<Fixture>::new()
+        .unwrap()
+        .start(
+            shelf_spec("w-after", &["inventory:read", "inventory:reserve"]),
+            &ScriptPlanner::new(script),
+            &logging_executor(log.clone()),
+            &store,
+        )
+        .await
+        .unwrap();
+    let log = log.lock().unwrap();
+    let write = log
+        .iter()
+        .position(|l| l == "executed inventory_reserve")
+        .unwrap_or_else(|| panic!("the write ran: {log:?}"));
+    assert_eq!(
+        log[write - 1],
+        "committed BeforeTool { read_only: false }",
+        "{log:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_read_only_result_whose_commit_failed_is_discarded_and_the_call_runs_again() {
+    // Commit 1 is before the first planner call, 2 before the first tool: it fails
+    // while the tool runs beside it.
+    let store = FailingStore::new(2);
+    let executor = ok_executor();
+    let err = engine()
+        .start(
+            spec("r-lost"),
+            &ScriptPlanner::new(c102_script()),
+            &executor,
+            &store,
+        )
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("injected failure"), "{err}");
+    assert_eq!(executor.calls_of("caseops_get_case_snapshot"), 1);
+    let stored = store.inner.get("r-lost").unwrap();
+    assert!(
+        stored.ledger.is_empty(),
+        "nothing of the call is on record: {:?}",
+        stored.ledger
+    );
+
+    let again = ok_executor();
+    let out = engine()
+        .resume(
+            "r-lost",
+            &ScriptPlanner::new(c102_script()),
+            &again,
+            &store.inner,
+        )
+        .await
+        .unwrap();
+    assert_eq!(out.status, "completed", "{out:?}");
+    assert_eq!(again.calls_of("caseops_get_case_snapshot"), 1);
+    assert_legal_path(&store.inner, "r-lost");
+}

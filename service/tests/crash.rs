@@ -467,3 +467,130 @@ async fn an_approved_case_transition_happens_exactly_once_whatever_kills_its_run
         }
     }
 }
+
+/// Eight clients post C-102 runs, each with a key of its own, until the server has
+/// answered `answered` of them; then it is killed with SIGKILL. On SQLite, eight
+/// writers keep the one writer's group commit holding several transactions at once.
+/// Returns the runs answered (key → answer) and the keys whose request got no answer.
+async fn load_until_killed(
+    serve: &mut Serve,
+    answered: usize,
+) -> (BTreeMap<String, Value>, Vec<String>) {
+    let api = serve.api.clone().unwrap();
+    let done = std::sync::Arc::new(std::sync::Mutex::new(BTreeMap::new()));
+    let lost = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let mut clients = Vec::new();
+    for c in 0..8 {
+        let (api, done, lost, stop) = (api.clone(), done.clone(), lost.clone(), stop.clone());
+        clients.push(tokio::spawn(async move {
+            let mut i = 0;
+            while !stop.load(std::sync::atomic::Ordering::SeqCst) {
+                let key = format!("load-{c}-{i:05}");
+                i += 1;
+                match post(&api, &key).await {
+                    Ok((201, run)) if run.is_object() => {
+                        done.lock().unwrap().insert(key, run);
+                    }
+                    // No answer, or one cut short: the kill came first.
+                    Err(_) | Ok((201, Value::Null)) => {
+                        lost.lock().unwrap().push(key);
+                        return;
+                    }
+                    Ok((status, run)) => panic!("{key}: {status} {run}"),
+                }
+            }
+        }));
+    }
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while done.lock().unwrap().len() < answered {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{answered} runs not answered in 60 s"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    serve.child.kill().unwrap();
+    serve.child.wait().unwrap();
+    stop.store(true, std::sync::atomic::Ordering::SeqCst);
+    for c in clients {
+        c.await.unwrap();
+    }
+    let done = std::mem::take(&mut *done.lock().unwrap());
+    let lost = std::mem::take(&mut *lost.lock().unwrap());
+    (done, lost)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_run_answered_before_a_sigkill_under_load_is_on_record_whole() {
+    for (backend, url) in fresh_databases("crashload").await {
+        let mut dying = serve(&url, None);
+        let (answered, lost) = load_until_killed(&mut dying, 200).await;
+        drop(dying);
+        assert!(answered.len() >= 200, "{backend}");
+        eprintln!(
+            "{backend}: {} runs answered, {} cut off by the kill",
+            answered.len(),
+            lost.len()
+        );
+        let reference = answered.values().next().unwrap()["result"].clone();
+        // Let the dead process's lease (1 s) expire.
+        tokio::time::sleep(Duration::from_millis(1100)).await;
+
+        let next = serve(&url, None);
+        let api = next.api.clone().unwrap();
+        for (key, run) in &answered {
+            assert_eq!(run["status"], "completed", "{backend} {key}: {run}");
+            let run_id = run["run_id"].as_str().unwrap();
+            let stored = get(&api, &format!("/v1/agent-runs/{run_id}")).await;
+            assert_eq!(stored["status"], "completed", "{backend} {key}: {stored}");
+            assert_eq!(stored["result"], run["result"], "{backend} {key}");
+            let cps = get(&api, &format!("/v1/agent-runs/{run_id}/checkpoints")).await;
+            let cps = cps["checkpoints"].as_array().unwrap();
+            assert!(
+                cps.iter().enumerate().all(|(i, c)| c["sequence"] == i + 1),
+                "{backend} {key}: checkpoints 1, 2, 3, …"
+            );
+            assert_eq!(cps.last().unwrap()["to"], "completed", "{backend} {key}");
+            let ledger = get(&api, &format!("/v1/agent-runs/{run_id}/tool-executions")).await;
+            let succeeded = ledger["tool_executions"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .filter(|r| r["status"] == "succeeded")
+                .count();
+            assert_eq!(succeeded, 4, "{backend} {key}: {ledger}");
+        }
+        // A request cut off by the kill is answered when it is made again.
+        for key in &lost {
+            let (status, run) = post(&api, key).await.unwrap();
+            assert!(
+                status == 200 || status == 201,
+                "{backend} {key}: {status} {run}"
+            );
+            let run = if run["status"] == "completed" {
+                run
+            } else {
+                tokio::time::sleep(Duration::from_millis(600)).await;
+                get(
+                    &api,
+                    &format!("/v1/agent-runs/{}", run["run_id"].as_str().unwrap()),
+                )
+                .await
+            };
+            assert_eq!(run["status"], "completed", "{backend} {key}: {run}");
+            assert_eq!(run["result"], reference, "{backend} {key}");
+        }
+        drop(next);
+        let out = Command::new(env!("CARGO_BIN_EXE_caseops"))
+            .args(["audit", "verify", "--database", &url])
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{backend}: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}

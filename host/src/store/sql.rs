@@ -1102,6 +1102,72 @@ mod tests {
         let _ = std::fs::remove_dir_all(&dir);
     }
 
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn on_a_full_disk_each_commit_that_returned_is_kept_and_each_that_failed_is_not() {
+        let (dir, path, backend) = store_with_table("full").await;
+        let pages: i64 = rusqlite::Connection::open(&path)
+            .unwrap()
+            .query_row("PRAGMA page_count", [], |r| r.get(0))
+            .unwrap();
+        // A disk with room for a few dozen rows more, on the writer's connection.
+        backend
+            .write_returning(&format!("PRAGMA max_page_count = {}", pages + 40), &[])
+            .await
+            .unwrap();
+        let mut tasks = Vec::new();
+        for i in 0..8 {
+            let backend = backend.clone();
+            tasks.push(tokio::spawn(async move {
+                let (mut kept, mut failed) = (Vec::new(), 0);
+                for j in 0..40 {
+                    // Each row takes most of a page of its own.
+                    let v = format!("{i:02}-{j:02}-{}", "x".repeat(3000));
+                    let mut tx = backend.begin_write(true).await.unwrap();
+                    let written = match tx
+                        .execute("INSERT INTO t VALUES (?)", &params![v.clone()])
+                        .await
+                    {
+                        Ok(_) => tx.commit().await,
+                        Err(e) => Err(e),
+                    };
+                    match written {
+                        Ok(()) => kept.push(v[..5].to_string()),
+                        Err(_) => failed += 1,
+                    }
+                }
+                (kept, failed)
+            }));
+        }
+        let (mut kept, mut failed) = (Vec::new(), 0);
+        for t in tasks {
+            let (k, f) = t.await.unwrap();
+            kept.extend(k);
+            failed += f;
+        }
+        assert!(failed > 0, "the disk never filled");
+        assert!(!kept.is_empty(), "nothing fit");
+        kept.sort();
+        let on_disk: Vec<String> = rows_of(&path).iter().map(|v| v[..5].to_string()).collect();
+        assert_eq!(
+            on_disk, kept,
+            "what is on disk is exactly what was answered as committed"
+        );
+
+        // With room again, the writer takes writes: no transaction was left open.
+        backend
+            .write_returning("PRAGMA max_page_count = 1073741823", &[])
+            .await
+            .unwrap();
+        let mut tx = backend.begin_write(true).await.unwrap();
+        tx.execute("INSERT INTO t VALUES ('later')", &[])
+            .await
+            .unwrap();
+        tx.commit().await.unwrap();
+        assert_eq!(rows_of(&path).len(), kept.len() + 1);
+        drop(backend);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
     fn tempfile_dir(name: &str) -> std::path::PathBuf {
         let dir = std::env::temp_dir().join(format!(
             "caseops-writer-{name}-{}-{}",

@@ -1222,12 +1222,12 @@ impl<B: ContractBundle> Engine<B> {
             let executed = execution::execute(executor, call.clone(), &self.budgets).await;
             (executed, started.elapsed())
         };
-        let (executed, took) = if read_only {
+        let (executed, took) = if read_only && store.commits_remotely() {
             // A read-only call may run twice: recovery discards an interrupted one
             // and plans it again, which is why its commit need not be flushed either.
             // So it runs while its commit is under way instead of after it (one round
-            // trip less per call on a networked database). The run goes on only when
-            // both are done, and a failed commit discards the result.
+            // trip less per call). The run goes on only when both are done, and a
+            // failed commit discards the result.
             let (committed, executed) = tokio::join!(store.commit(batch), execute);
             committed?;
             executed

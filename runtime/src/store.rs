@@ -153,6 +153,14 @@ pub trait RunStore: Send + Sync {
         &self,
         run_id: &str,
     ) -> impl Future<Output = Result<Option<StoredRun>, StoreError>> + Send;
+
+    /// Whether a commit waits on another process (a database server across a
+    /// socket). The runtime then sends a read-only call while its commit is under
+    /// way instead of after it, which takes that round trip out of the run's
+    /// latency. A store that commits in-process gains nothing by it.
+    fn commits_remotely(&self) -> bool {
+        false
+    }
 }
 
 /// Keeps runs in memory; counts commits (for tests and benchmarks).

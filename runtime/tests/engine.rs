@@ -1038,11 +1038,13 @@ fn a_cached_decision_is_the_one_a_fresh_evaluation_gives() {
 }
 
 /// A memory store that logs when each commit returns, and makes the commits before
-/// a tool wait: a read-only call's until its tool has run (or 2 s have passed, when
-/// it refuses), a write's for a moment, so that a call run too early shows.
+/// a tool wait: a read-only call's, when the store says its commits cross a socket,
+/// until its tool has run (or 2 s have passed, when it refuses); any other for a
+/// moment, so that a call run too early shows.
 struct WatchingStore {
     inner: MemoryStore,
     log: Arc<std::sync::Mutex<Vec<String>>>,
+    remote: bool,
 }
 
 impl caseops_runtime::RunStore for WatchingStore {
@@ -1053,7 +1055,7 @@ impl caseops_runtime::RunStore for WatchingStore {
         use caseops_runtime::store::{CommitPoint, StoreError};
         let executed = || self.log.lock().unwrap().len();
         match batch.point {
-            CommitPoint::BeforeTool { read_only: true } => {
+            CommitPoint::BeforeTool { read_only: true } if self.remote => {
                 let before = executed();
                 let deadline = tokio::time::Instant::now() + Duration::from_secs(2);
                 while executed() == before {
@@ -1065,7 +1067,7 @@ impl caseops_runtime::RunStore for WatchingStore {
                     tokio::time::sleep(Duration::from_millis(1)).await;
                 }
             }
-            CommitPoint::BeforeTool { read_only: false } => {
+            CommitPoint::BeforeTool { .. } => {
                 tokio::time::sleep(Duration::from_millis(20)).await;
             }
             _ => {}
@@ -1081,6 +1083,10 @@ impl caseops_runtime::RunStore for WatchingStore {
         run_id: &str,
     ) -> Result<Option<caseops_runtime::store::StoredRun>, caseops_runtime::store::StoreError> {
         self.inner.load(run_id).await
+    }
+
+    fn commits_remotely(&self) -> bool {
+        self.remote
     }
 }
 
@@ -1099,11 +1105,12 @@ fn logging_executor(
 }
 
 #[tokio::test]
-async fn a_read_only_call_runs_while_its_commit_is_under_way() {
+async fn a_read_only_call_runs_while_its_commit_crosses_a_socket() {
     let log = Arc::new(std::sync::Mutex::new(Vec::new()));
     let store = WatchingStore {
         inner: MemoryStore::new(),
         log: log.clone(),
+        remote: true,
     };
     let out = engine()
         .start(
@@ -1136,6 +1143,7 @@ async fn a_write_call_runs_only_after_its_commit_returned() {
     let store = WatchingStore {
         inner: MemoryStore::new(),
         log: log.clone(),
+        remote: true,
     };
     let script = vec![
         call("inventory_lookup", json!({"shelf_id": "S-1", "sku": "ABC"})),
@@ -1171,7 +1179,7 @@ async fn a_write_call_runs_only_after_its_commit_returned() {
 async fn a_read_only_result_whose_commit_failed_is_discarded_and_the_call_runs_again() {
     // Commit 1 is before the first planner call, 2 before the first tool: it fails
     // while the tool runs beside it.
-    let store = FailingStore::new(2);
+    let store = FailingStore::new(2).remote();
     let executor = ok_executor();
     let err = engine()
         .start(
@@ -1204,4 +1212,33 @@ async fn a_read_only_result_whose_commit_failed_is_discarded_and_the_call_runs_a
     assert_eq!(out.status, "completed", "{out:?}");
     assert_eq!(again.calls_of("caseops_get_case_snapshot"), 1);
     assert_legal_path(&store.inner, "r-lost");
+}
+
+#[tokio::test]
+async fn a_store_that_commits_in_process_commits_before_a_read_only_call() {
+    let log = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let store = WatchingStore {
+        inner: MemoryStore::new(),
+        log: log.clone(),
+        remote: false,
+    };
+    engine()
+        .start(
+            spec("r-local"),
+            &ScriptPlanner::new(c102_script()),
+            &logging_executor(log.clone()),
+            &store,
+        )
+        .await
+        .unwrap();
+    let log = log.lock().unwrap();
+    let first = log
+        .iter()
+        .position(|l| l == "executed caseops_get_case_snapshot")
+        .unwrap();
+    assert_eq!(
+        log[first - 1],
+        "committed BeforeTool { read_only: true }",
+        "{log:?}"
+    );
 }

@@ -98,6 +98,11 @@ async fn setup(url: &str) -> (Db, SqlRunStore, Direct) {
 async fn a_c102_run_commits_at_most_two_transactions_per_tool_step() {
     for (backend, url) in fresh_databases("commits").await {
         let (db, store, direct) = setup(&url).await;
+        // Only across a socket does a read-only call run beside its commit.
+        assert_eq!(
+            caseops_runtime::RunStore::commits_remotely(&store),
+            backend == "postgres"
+        );
         assert!(matches!(
             store
                 .allocate(&new_run("r1", "key-00001", "h"))

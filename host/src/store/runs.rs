@@ -1818,6 +1818,10 @@ impl RunStore for SqlRunStore {
         Err(StoreError::Unavailable(last.unwrap_or_default()))
     }
 
+    fn commits_remotely(&self) -> bool {
+        self.db.dialect == Dialect::Postgres
+    }
+
     async fn load(&self, run_id: &str) -> Result<Option<StoredRun>, StoreError> {
         let err = |e: DbError| StoreError::Unavailable(e.to_string());
         let row = self

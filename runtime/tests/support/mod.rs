@@ -191,6 +191,8 @@ pub struct FailingStore {
     pub inner: MemoryStore,
     pub fail_at: usize,
     seen: AtomicUsize,
+    /// Whether it says its commits cross a socket ([`RunStore::commits_remotely`]).
+    pub remote: bool,
 }
 
 impl FailingStore {
@@ -199,6 +201,15 @@ impl FailingStore {
             inner: MemoryStore::new(),
             fail_at,
             seen: AtomicUsize::new(0),
+            remote: false,
+        }
+    }
+
+    /// The same store, saying its commits cross a socket.
+    pub fn remote(self) -> Self {
+        Self {
+            remote: true,
+            ..self
         }
     }
 }
@@ -213,5 +224,9 @@ impl RunStore for FailingStore {
 
     async fn load(&self, run_id: &str) -> Result<Option<StoredRun>, StoreError> {
         self.inner.load(run_id).await
+    }
+
+    fn commits_remotely(&self) -> bool {
+        self.remote
     }
 }

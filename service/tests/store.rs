@@ -2184,3 +2184,53 @@ async fn a_timeline_takes_each_sequence_once_and_only_the_next_one() {
         );
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_commit_whose_caller_stops_waiting_is_still_made() {
+    for (backend, url) in fresh_databases("giveup").await {
+        let (db, _, _) = setup(&url).await;
+        db.execute("CREATE TABLE given_up (v TEXT PRIMARY KEY)", &[])
+            .await
+            .unwrap();
+        for i in 0..20 {
+            let v = format!("row-{i:02}");
+            let mut tx = db.begin_write().await.unwrap();
+            tx.execute(
+                "INSERT INTO given_up (v) VALUES (?)",
+                &caseops_host::params![v.clone()],
+            )
+            .await
+            .unwrap();
+            // The caller polls the commit once and gives up (a timeout, a client
+            // gone): what it asked for is still committed.
+            let _ = tokio::time::timeout(Duration::ZERO, tx.commit()).await;
+        }
+        let mut rows = 0;
+        for _ in 0..200 {
+            rows = db
+                .fetch_all("SELECT v FROM given_up", &[])
+                .await
+                .unwrap()
+                .len();
+            if rows == 20 {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        assert_eq!(rows, 20, "{backend}");
+        // Every connection went back clean: a transaction on each still works.
+        for _ in 0..16 {
+            let mut tx = db.begin_write().await.unwrap();
+            tx.execute("DELETE FROM given_up", &[]).await.unwrap();
+            drop(tx);
+        }
+        assert_eq!(
+            db.fetch_all("SELECT v FROM given_up", &[])
+                .await
+                .unwrap()
+                .len(),
+            20,
+            "{backend}: the dropped transactions undid their deletes"
+        );
+    }
+}

@@ -893,15 +893,16 @@ impl Tx {
             }
             // COMMIT runs to its end even if the caller is dropped meanwhile: the
             // transaction is committed as soon as it was asked to be, and the
-            // connection goes back (clean) only once the server said so.
-            TxInner::Postgres(mut lease) => tokio::spawn(async move {
+            // connection goes back (clean) only once the server said so. Awaited in
+            // place, not spawned (see `Detachable`).
+            TxInner::Postgres(mut lease) => crate::detachable::Detachable::new(async move {
                 lease
                     .run(|c| Box::pin(async move { sqlx::raw_sql("COMMIT").execute(c).await }))
                     .await
                     .map(|_| ())
             })
             .await
-            .map_err(|e| DbError::Task(e.to_string()))?,
+            .ok_or_else(|| DbError::Task("the commit panicked".into()))?,
         }
     }
 }

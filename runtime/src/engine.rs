@@ -1226,11 +1226,10 @@ impl<B: ContractBundle> Engine<B> {
             // A read-only call may run twice: recovery discards an interrupted one
             // and plans it again, which is why its commit need not be flushed either.
             // So it runs while its commit is under way instead of after it (one round
-            // trip less per call). The run goes on only when both are done, and a
-            // failed commit discards the result.
-            let (committed, executed) = tokio::join!(store.commit(batch), execute);
-            committed?;
-            executed
+            // trip less per call). The run goes on only when both are done. A failed
+            // commit (a lost lease, say) stops the call where it is and discards it.
+            let call = async { Ok::<_, crate::store::StoreError>(execute.await) };
+            tokio::try_join!(store.commit(batch), call)?.1
         } else {
             store.commit(batch).await?;
             execute.await

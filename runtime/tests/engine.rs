@@ -1242,3 +1242,27 @@ async fn a_store_that_commits_in_process_commits_before_a_read_only_call() {
         "{log:?}"
     );
 }
+
+#[tokio::test]
+async fn a_failed_commit_stops_the_read_only_call_beside_it_without_waiting_for_it() {
+    // Commit 2, before the first tool, fails while the call beside it would take
+    // an hour: the run ends with the commit's error, well before even the tool's
+    // own timeout (10 s) would end the call.
+    let store = FailingStore::new(2).remote();
+    let mut executor = ok_executor();
+    executor.delay = Some(Duration::from_secs(3600));
+    let ended = tokio::time::timeout(
+        Duration::from_secs(5),
+        engine().start(
+            spec("r-stop"),
+            &ScriptPlanner::new(c102_script()),
+            &executor,
+            &store,
+        ),
+    )
+    .await
+    .expect("the run waited for the call");
+    let err = ended.unwrap_err();
+    assert!(err.to_string().contains("injected failure"), "{err}");
+    assert_eq!(executor.calls_of("caseops_get_case_snapshot"), 1);
+}

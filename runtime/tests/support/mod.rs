@@ -216,6 +216,10 @@ impl FailingStore {
 
 impl RunStore for FailingStore {
     async fn commit(&self, batch: Batch) -> Result<(), StoreError> {
+        if self.remote {
+            // An answer across a socket comes later, not at the first poll.
+            tokio::task::yield_now().await;
+        }
         if self.seen.fetch_add(1, Ordering::SeqCst) + 1 == self.fail_at {
             return Err(StoreError::Unavailable("injected failure".into()));
         }

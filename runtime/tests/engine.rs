@@ -1104,17 +1104,18 @@ fn logging_executor(
     })
 }
 
-#[tokio::test]
-async fn a_read_only_call_runs_while_its_commit_crosses_a_socket() {
+/// A C-102 run on a [`WatchingStore`]: the log of calls made and commits returned,
+/// and the position of the first call in it.
+async fn c102_logged(run_id: &str, remote: bool) -> (Vec<String>, usize) {
     let log = Arc::new(std::sync::Mutex::new(Vec::new()));
     let store = WatchingStore {
         inner: MemoryStore::new(),
         log: log.clone(),
-        remote: true,
+        remote,
     };
     let out = engine()
         .start(
-            spec("r-beside"),
+            spec(run_id),
             &ScriptPlanner::new(c102_script()),
             &logging_executor(log.clone()),
             &store,
@@ -1122,18 +1123,24 @@ async fn a_read_only_call_runs_while_its_commit_crosses_a_socket() {
         .await
         .unwrap();
     assert_eq!(out.status, "completed", "{out:?}");
-    let log = log.lock().unwrap();
-    // Each call ran before the commit that precedes it returned.
+    assert_legal_path(&store.inner, run_id);
+    let log = log.lock().unwrap().clone();
     let first = log
         .iter()
         .position(|l| l == "executed caseops_get_case_snapshot")
         .unwrap();
+    (log, first)
+}
+
+#[tokio::test]
+async fn a_read_only_call_runs_while_its_commit_crosses_a_socket() {
+    let (log, first) = c102_logged("r-beside", true).await;
+    // The call ran before the commit that precedes it returned.
     assert_eq!(
         log[first + 1],
         "committed BeforeTool { read_only: true }",
         "{log:?}"
     );
-    assert_legal_path(&store.inner, "r-beside");
 }
 
 #[tokio::test]
@@ -1216,26 +1223,7 @@ async fn a_read_only_result_whose_commit_failed_is_discarded_and_the_call_runs_a
 
 #[tokio::test]
 async fn a_store_that_commits_in_process_commits_before_a_read_only_call() {
-    let log = Arc::new(std::sync::Mutex::new(Vec::new()));
-    let store = WatchingStore {
-        inner: MemoryStore::new(),
-        log: log.clone(),
-        remote: false,
-    };
-    engine()
-        .start(
-            spec("r-local"),
-            &ScriptPlanner::new(c102_script()),
-            &logging_executor(log.clone()),
-            &store,
-        )
-        .await
-        .unwrap();
-    let log = log.lock().unwrap();
-    let first = log
-        .iter()
-        .position(|l| l == "executed caseops_get_case_snapshot")
-        .unwrap();
+    let (log, first) = c102_logged("r-local", false).await;
     assert_eq!(
         log[first - 1],
         "committed BeforeTool { read_only: true }",

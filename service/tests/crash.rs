@@ -107,6 +107,23 @@ async fn get(api: &str, path: &str) -> Value {
         .unwrap()
 }
 
+/// Makes a C-102 request with `key` again on a new process and returns the run it
+/// answers, read again a moment later if it was still going (the sweeper may be
+/// finishing it right then).
+async fn post_again(api: &str, key: &str, what: &str) -> Value {
+    let (status, run) = post(api, key).await.unwrap();
+    assert!(status == 200 || status == 201, "{what}: {status} {run}");
+    if run["status"] == "completed" {
+        return run;
+    }
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    get(
+        api,
+        &format!("/v1/agent-runs/{}", run["run_id"].as_str().unwrap()),
+    )
+    .await
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_run_killed_at_any_commit_point_resumes_to_the_same_result() {
     for (backend, url) in fresh_databases("crash").await {
@@ -130,22 +147,7 @@ async fn a_run_killed_at_any_commit_point_resumes_to_the_same_result() {
 
             let next = serve(&url, None);
             let api = next.api.clone().unwrap();
-            let (status, run) = post(&api, &key).await.unwrap();
-            assert!(
-                status == 200 || status == 201,
-                "{backend} @{n}: {status} {run}"
-            );
-            let run = if run["status"] == "completed" {
-                run
-            } else {
-                // The sweeper may be finishing it right now.
-                tokio::time::sleep(Duration::from_millis(600)).await;
-                get(
-                    &api,
-                    &format!("/v1/agent-runs/{}", run["run_id"].as_str().unwrap()),
-                )
-                .await
-            };
+            let run = post_again(&api, &key, &format!("{backend} @{n}")).await;
             assert_eq!(run["status"], "completed", "{backend} @{n}: {run}");
             assert_eq!(
                 run["result"], reference["result"],
@@ -563,21 +565,7 @@ async fn every_run_answered_before_a_sigkill_under_load_is_on_record_whole() {
         }
         // A request cut off by the kill is answered when it is made again.
         for key in &lost {
-            let (status, run) = post(&api, key).await.unwrap();
-            assert!(
-                status == 200 || status == 201,
-                "{backend} {key}: {status} {run}"
-            );
-            let run = if run["status"] == "completed" {
-                run
-            } else {
-                tokio::time::sleep(Duration::from_millis(600)).await;
-                get(
-                    &api,
-                    &format!("/v1/agent-runs/{}", run["run_id"].as_str().unwrap()),
-                )
-                .await
-            };
+            let run = post_again(&api, key, &format!("{backend} {key}")).await;
             assert_eq!(run["status"], "completed", "{backend} {key}: {run}");
             assert_eq!(run["result"], reference, "{backend} {key}");
         }

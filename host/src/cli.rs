@@ -202,6 +202,12 @@ pub struct ServeArgs {
     /// on another replica.
     #[arg(long, env = "CASEOPS_WORKERS", default_value_t = 64)]
     pub workers: usize,
+    /// Database connections this process keeps open at most. On PostgreSQL each
+    /// is a server backend: replicas times this must stay under the server's
+    /// `max_connections`. On SQLite, the reader connections beside its one writer.
+    #[arg(long, env = "CASEOPS_DB_CONNECTIONS", default_value_t = crate::host::DEFAULT_DB_CONNECTIONS,
+          value_parser = clap::value_parser!(u32).range(1..=1000))]
+    pub db_connections: u32,
     /// Seconds a client has to send a request's headers (from its first byte, or
     /// from the end of its previous request on a kept-alive connection).
     #[arg(long, env = "CASEOPS_HEADER_TIMEOUT_SECONDS", default_value_t = 10)]
@@ -421,6 +427,7 @@ impl ServeArgs {
             lease_ms: (self.lease_seconds.max(1) * 1000) as i64,
             approval_ttl: Duration::from_secs(self.approval_ttl_seconds.max(1)),
             workers: self.workers,
+            db_connections: self.db_connections,
             limits: crate::http::Limits {
                 header_read: Duration::from_secs(self.header_timeout_seconds.max(1)),
                 body_read: Duration::from_secs(self.body_timeout_seconds.max(1)),

@@ -39,6 +39,9 @@ pub enum McpTransport {
     InProcess,
 }
 
+/// Database connections a server keeps by default (`serve --db-connections`).
+pub const DEFAULT_DB_CONNECTIONS: u32 = 8;
+
 #[derive(Debug, Clone)]
 pub struct HostConfig {
     pub database_url: String,
@@ -70,6 +73,9 @@ pub struct HostConfig {
     pub lease_ms: i64,
     /// Runs driven at once by this process.
     pub workers: usize,
+    /// Database connections this process keeps open at most (on SQLite, its
+    /// reader connections beside the one writer).
+    pub db_connections: u32,
     /// Timeouts and the connection limit of both listeners.
     pub limits: Limits,
     /// How long a person has to decide on a call that needs approval.
@@ -238,7 +244,12 @@ where
         Some(Only::Mcp) => None,
         _ => Some(bind(config.api_listen, "--listen").await?),
     };
-    let db = Db::connect(&config.database_url, 8, config.schema).await?;
+    let db = Db::connect(
+        &config.database_url,
+        config.db_connections.max(1),
+        config.schema,
+    )
+    .await?;
     prepare(&db).await?;
     let key = config.signing_key.as_bytes().to_vec();
     // Commits wake an idle in-process relay, so an event leaves within

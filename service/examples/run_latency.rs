@@ -130,6 +130,7 @@ async fn through_api(url: &str, runs: usize) -> Vec<f64> {
             lease_ms: 30_000,
             approval_ttl: std::time::Duration::from_secs(86_400),
             workers: 8,
+            db_connections: caseops_host::host::DEFAULT_DB_CONNECTIONS,
             limits: Default::default(),
             relay: None,
         },

@@ -106,6 +106,7 @@ mod tests {
             lease_ms: caseops_host::store::runs::DEFAULT_LEASE_MS,
             approval_ttl: Duration::from_secs(60),
             workers: 2,
+            db_connections: caseops_host::host::DEFAULT_DB_CONNECTIONS,
             limits: Default::default(),
             relay: None,
         };

@@ -398,6 +398,7 @@ async fn demo(database: Option<String>) -> Result<(), String> {
             lease_ms: caseops_host::store::runs::DEFAULT_LEASE_MS,
             approval_ttl: std::time::Duration::from_secs(86_400),
             workers: 8,
+            db_connections: caseops_host::host::DEFAULT_DB_CONNECTIONS,
             limits: Default::default(),
             relay: None,
         },

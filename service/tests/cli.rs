@@ -421,3 +421,25 @@ fn bench_says_why_its_first_request_failed() {
         "{err}"
     );
 }
+
+#[test]
+fn serve_refuses_a_database_connection_limit_of_zero_and_names_the_flag() {
+    let dir = std::env::temp_dir().join(db_support::unique("cli-conns"));
+    std::fs::create_dir_all(&dir).unwrap();
+    let out = caseops(&dir, &["serve", "--db-connections", "0"]);
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("--db-connections"), "{err}");
+    let out = Command::new(env!("CARGO_BIN_EXE_caseops"))
+        .args(["serve", "--help"])
+        .output()
+        .unwrap();
+    let help = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        help.contains("CASEOPS_DB_CONNECTIONS") && help.contains("max_connections"),
+        "{help}"
+    );
+    let left: Vec<_> = std::fs::read_dir(&dir).unwrap().collect();
+    assert!(left.is_empty(), "nothing was created: {left:?}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}

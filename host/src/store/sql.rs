@@ -192,7 +192,10 @@ impl Statement {
     }
 }
 
-/// A cell as read back.
+/// A cell as read back, the same on both backends: integer columns of any width
+/// and booleans (0 and 1) as [`Cell::Int`], `real` and `double precision` as
+/// [`Cell::Real`], text as [`Cell::Text`], and binary as text (invalid UTF-8
+/// replaced). On PostgreSQL a column of any other type is an error when read.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Cell {
     Null,
@@ -537,7 +540,10 @@ fn pg_query(
     q
 }
 
-fn pg_row(row: &sqlx::any::AnyRow) -> Row {
+/// A row as SQLite would give it: integers (booleans as 0 and 1), doubles (a
+/// `real` widened), text, and binary read as text. A value that does not decode
+/// is an error naming its column, never a NULL in its place.
+fn pg_row(row: &sqlx::any::AnyRow) -> Result<Row, DbError> {
     use sqlx::any::AnyTypeInfoKind as Kind;
     let names: Arc<[String]> = row.columns().iter().map(|c| c.name().to_string()).collect();
     let cells = row
@@ -545,22 +551,36 @@ fn pg_row(row: &sqlx::any::AnyRow) -> Row {
         .iter()
         .enumerate()
         .map(|(i, column)| {
-            // Decoded by the column's type: our tables hold integers, doubles and text.
             let cell = match column.type_info().kind() {
+                Kind::Null => Ok(Cell::Null),
+                Kind::Bool => row
+                    .try_get::<Option<bool>, _>(i)
+                    .map(|v| v.map_or(Cell::Null, |v| Cell::Int(v.into()))),
                 Kind::SmallInt | Kind::Integer | Kind::BigInt => row
                     .try_get::<Option<i64>, _>(i)
                     .map(|v| v.map_or(Cell::Null, Cell::Int)),
-                Kind::Real | Kind::Double => row
+                Kind::Real => row
+                    .try_get::<Option<f32>, _>(i)
+                    .map(|v| v.map_or(Cell::Null, |v| Cell::Real(v.into()))),
+                Kind::Double => row
                     .try_get::<Option<f64>, _>(i)
                     .map(|v| v.map_or(Cell::Null, Cell::Real)),
-                _ => row
+                Kind::Blob => row.try_get::<Option<Vec<u8>>, _>(i).map(|v| {
+                    v.map_or(Cell::Null, |v| {
+                        Cell::Text(String::from_utf8_lossy(&v).into_owned())
+                    })
+                }),
+                Kind::Text => row
                     .try_get::<Option<String>, _>(i)
                     .map(|v| v.map_or(Cell::Null, Cell::Text)),
             };
-            cell.unwrap_or(Cell::Null)
+            cell.map_err(|e| DbError::Corrupt {
+                table: "query",
+                message: format!("column `{}` could not be read: {e}", column.name()),
+            })
         })
-        .collect();
-    Row { names, cells }
+        .collect::<Result<_, _>>()?;
+    Ok(Row { names, cells })
 }
 
 /// PostgreSQL connections, leased one statement or transaction at a time.
@@ -669,7 +689,7 @@ impl std::fmt::Debug for Lease {
 async fn pg_fetch(lease: &mut Lease, sql: &str, params: &[Param]) -> Result<Vec<Row>, DbError> {
     let query = pg_query(sql, params);
     let rows = lease.run(|c| Box::pin(query.fetch_all(c))).await?;
-    Ok(rows.iter().map(pg_row).collect())
+    rows.iter().map(pg_row).collect()
 }
 
 async fn pg_execute(lease: &mut Lease, sql: &str, params: &[Param]) -> Result<u64, DbError> {

@@ -543,9 +543,8 @@ fn pg_query(
 /// A row as SQLite would give it: integers (booleans as 0 and 1), doubles (a
 /// `real` widened), text, and binary read as text. A value that does not decode
 /// is an error naming its column, never a NULL in its place.
-fn pg_row(row: &sqlx::any::AnyRow) -> Result<Row, DbError> {
+fn pg_row(row: &sqlx::any::AnyRow, names: &Arc<[String]>) -> Result<Row, DbError> {
     use sqlx::any::AnyTypeInfoKind as Kind;
-    let names: Arc<[String]> = row.columns().iter().map(|c| c.name().to_string()).collect();
     let cells = row
         .columns()
         .iter()
@@ -580,7 +579,10 @@ fn pg_row(row: &sqlx::any::AnyRow) -> Result<Row, DbError> {
             })
         })
         .collect::<Result<_, _>>()?;
-    Ok(Row { names, cells })
+    Ok(Row {
+        names: names.clone(),
+        cells,
+    })
 }
 
 /// PostgreSQL connections, leased one statement or transaction at a time.
@@ -689,7 +691,16 @@ impl std::fmt::Debug for Lease {
 async fn pg_fetch(lease: &mut Lease, sql: &str, params: &[Param]) -> Result<Vec<Row>, DbError> {
     let query = pg_query(sql, params);
     let rows = lease.run(|c| Box::pin(query.fetch_all(c))).await?;
-    rows.iter().map(pg_row).collect()
+    // The rows of one result share their column names, as SQLite's do.
+    let Some(first) = rows.first() else {
+        return Ok(Vec::new());
+    };
+    let names: Arc<[String]> = first
+        .columns()
+        .iter()
+        .map(|c| c.name().to_string())
+        .collect();
+    rows.iter().map(|row| pg_row(row, &names)).collect()
 }
 
 async fn pg_execute(lease: &mut Lease, sql: &str, params: &[Param]) -> Result<u64, DbError> {

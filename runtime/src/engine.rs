@@ -424,6 +424,9 @@ impl<B: ContractBundle> Engine<B> {
         let current = B::State::parse(&snap.state)
             .ok_or_else(|| corrupt(format!("unknown state `{}`", snap.state)))?;
         let mut controls = snap.controls;
+        controls
+            .restore_observations(&stored.ledger)
+            .map_err(corrupt)?;
         controls.resume_segment(last.at_ms, self.now());
         let mut run = Run {
             spec,

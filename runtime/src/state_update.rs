@@ -8,7 +8,26 @@ use serde::{Deserialize, Serialize};
 use crate::contract::Budgets;
 use crate::normalization::Observation;
 use crate::protocol::Usage;
-use crate::run::reasons;
+use crate::run::{CallStatus, LedgerRow, reasons};
+
+/// What a snapshot keeps of one observation. The call's ledger row, committed
+/// with it, holds its tool, arguments, result, attempt and bundle; the evidence
+/// reference is kept because it was read with the contract the call ran under.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+struct Observed {
+    tool_call_id: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    evidence_ref: Option<String>,
+}
+
+impl Observed {
+    fn of(observation: &Observation) -> Self {
+        Self {
+            tool_call_id: observation.tool_call_id.clone(),
+            evidence_ref: observation.evidence_ref.clone(),
+        }
+    }
+}
 
 /// The run's control state.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -18,7 +37,13 @@ pub struct Controls {
     fingerprints: BTreeMap<String, u32>,
     no_new_evidence_steps: u32,
     evidence_refs: Vec<String>,
+    /// Not written: a snapshot names its observations in `observed`, and recovery
+    /// takes the rest from their ledger rows ([`Controls::restore_observations`]).
+    /// Read from snapshots written before that, which hold them whole.
+    #[serde(default, skip_serializing)]
     observations: Vec<Observation>,
+    #[serde(default)]
+    observed: Vec<Observed>,
     tokens: u64,
     cost_micro_usd: u64,
     /// When the current driving segment began (the run's start, or its last resume).
@@ -98,7 +123,42 @@ impl Controls {
         } else {
             self.no_new_evidence_steps += 1;
         }
+        self.observed.push(Observed::of(&observation));
         self.observations.push(observation);
+    }
+
+    /// Rebuilds the observations a snapshot names from the run's committed ledger,
+    /// which holds each one's succeeded call (committed in the same batch as the
+    /// snapshot or before it). The error names a call the ledger cannot give back.
+    pub fn restore_observations(&mut self, ledger: &[LedgerRow]) -> Result<(), String> {
+        if !self.observations.is_empty() {
+            // An older snapshot, with every observation in it.
+            self.observed = self.observations.iter().map(Observed::of).collect();
+            return Ok(());
+        }
+        let mut restored = Vec::with_capacity(self.observed.len());
+        for named in &self.observed {
+            let id = &named.tool_call_id;
+            let row = ledger
+                .iter()
+                .find(|r| &r.tool_call_id == id)
+                .ok_or_else(|| format!("observed call `{id}` is not in the ledger"))?;
+            let result = match (&row.status, &row.result) {
+                (CallStatus::Succeeded, Some(result)) => result.clone(),
+                _ => return Err(format!("observed call `{id}` has no result in the ledger")),
+            };
+            restored.push(Observation {
+                tool_call_id: id.clone(),
+                tool: row.tool_name.clone(),
+                arguments: std::sync::Arc::new(row.arguments.clone()),
+                result: std::sync::Arc::new(result),
+                evidence_ref: named.evidence_ref.clone(),
+                attempt: row.attempt_count,
+                bundle_digest: row.bundle_digest.clone(),
+            });
+        }
+        self.observations = restored;
+        Ok(())
     }
 
     /// A final answer was rejected: the planner is told why.

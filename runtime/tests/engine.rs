@@ -604,6 +604,203 @@ async fn the_spec_is_stored_once_and_a_snapshot_that_still_holds_it_resumes() {
     assert!(err.to_string().contains("no spec on record"), "{err}");
 }
 
+/// A C-102 run stopped by a failed commit after its third observation: the
+/// store that holds the seven commits before it, and what the run had planned.
+async fn c102_stopped_after_three_observations(run_id: &str) -> MemoryStore {
+    // Commits 1, 3, 5, 7 come before planner calls, 2, 4, 6 before tools: the 8th
+    // (before the fourth tool) fails.
+    let store = FailingStore::new(8);
+    let (planner, executor) = (ScriptPlanner::new(c102_script()), ok_executor());
+    let err = engine()
+        .start(spec(run_id), &planner, &executor, &store)
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("injected failure"), "{err}");
+    store.inner
+}
+
+/// The batch that puts `stored` into a new store, its last snapshot rewritten
+/// by `edit` and its ledger by `ledger`.
+fn restored_batch(
+    run_id: &str,
+    stored: &caseops_runtime::store::StoredRun,
+    edit: impl FnOnce(&mut serde_json::Value),
+    ledger: impl FnOnce(&mut Vec<caseops_runtime::LedgerRow>),
+) -> caseops_runtime::store::Batch {
+    let mut checkpoints = stored.checkpoints.clone();
+    let last = checkpoints.last_mut().unwrap();
+    let mut snapshot = last.snapshot.as_ref().unwrap().to_value();
+    edit(&mut snapshot);
+    last.snapshot = Some(caseops_runtime::SnapshotText::from_text(snapshot.to_string()).unwrap());
+    let mut rows = stored.ledger.clone();
+    ledger(&mut rows);
+    caseops_runtime::store::Batch {
+        run_id: run_id.into(),
+        point: caseops_runtime::store::CommitPoint::Suspend,
+        spec: stored.spec.clone(),
+        checkpoints,
+        ledger: rows,
+        state: "planning".into(),
+        step_count: 3,
+        outcome: None,
+        approval: None,
+    }
+}
+
+/// Resumes `run_id` from a store holding only `batch`: the outcome, and the view
+/// the planner was given first.
+async fn resume_from(
+    run_id: &str,
+    batch: caseops_runtime::store::Batch,
+) -> Result<(Outcome, caseops_runtime::context::PlannerView), caseops_runtime::RuntimeError> {
+    use caseops_runtime::RunStore;
+    let store = MemoryStore::new();
+    store.commit(batch).await.unwrap();
+    let planner = ScriptPlanner::new(c102_script().split_off(3));
+    let out = engine()
+        .resume(run_id, &planner, &ok_executor(), &store)
+        .await?;
+    let first = planner.views.lock().unwrap()[0].clone();
+    Ok((out, first))
+}
+
+#[tokio::test]
+async fn a_snapshot_names_its_observations_and_recovery_rebuilds_them_from_the_ledger() {
+    // What an uninterrupted run showed its planner before the fourth step.
+    let straight = ScriptPlanner::new(c102_script());
+    let straight_out = engine()
+        .start(
+            spec("r-obs"),
+            &straight,
+            &ok_executor(),
+            &MemoryStore::new(),
+        )
+        .await
+        .unwrap();
+    let before_fourth = straight.views.lock().unwrap()[3].clone();
+    assert_eq!(before_fourth.observations.len(), 3);
+
+    let stored = c102_stopped_after_three_observations("r-obs")
+        .await
+        .get("r-obs")
+        .unwrap();
+    let snapshot = stored.checkpoints.last().unwrap().snapshot.clone().unwrap();
+    let controls = &snapshot.to_value()["controls"];
+    assert!(controls.get("observations").is_none(), "{controls}");
+    let named: Vec<&str> = controls["observed"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|o| o["tool_call_id"].as_str().unwrap())
+        .collect();
+    let ledger: Vec<&str> = stored
+        .ledger
+        .iter()
+        .map(|r| r.tool_call_id.as_str())
+        .collect();
+    assert_eq!(named, ledger, "each observed call, in order");
+    assert!(
+        !snapshot.as_str().contains("waiting_for_documents"),
+        "no tool result is repeated in the snapshot: {}",
+        snapshot.as_str()
+    );
+
+    let (out, view) = resume_from("r-obs", restored_batch("r-obs", &stored, |_| {}, |_| {}))
+        .await
+        .unwrap();
+    assert_eq!(
+        view, before_fourth,
+        "the resumed planner sees what it would have"
+    );
+    assert_eq!(out.status, "completed", "{out:?}");
+    assert_eq!(out.final_answer, straight_out.final_answer);
+    assert_eq!(out.provenance, straight_out.provenance);
+}
+
+#[tokio::test]
+async fn a_snapshot_written_with_its_observations_whole_still_resumes_from_them() {
+    let straight = ScriptPlanner::new(c102_script());
+    engine()
+        .start(
+            spec("r-old"),
+            &straight,
+            &ok_executor(),
+            &MemoryStore::new(),
+        )
+        .await
+        .unwrap();
+    let before_fourth = straight.views.lock().unwrap()[3].clone();
+    let stored = c102_stopped_after_three_observations("r-old")
+        .await
+        .get("r-old")
+        .unwrap();
+    // As versions before this one wrote it: each observation whole, none named.
+    let whole: Vec<serde_json::Value> = stored
+        .ledger
+        .iter()
+        .map(|r| {
+            let result = r.result.clone().unwrap();
+            json!({"tool_call_id": r.tool_call_id, "tool": r.tool_name, "arguments": r.arguments,
+                "evidence_ref": result["evidence_ref"], "result": result,
+                "attempt": r.attempt_count, "bundle_digest": r.bundle_digest})
+        })
+        .collect();
+    let old = |s: &mut serde_json::Value| {
+        let controls = s["controls"].as_object_mut().unwrap();
+        controls.remove("observed");
+        controls.insert("observations".into(), json!(whole));
+    };
+    // Its ledger rows are not read for them: results blanked there do not matter.
+    let blank = |rows: &mut Vec<caseops_runtime::LedgerRow>| {
+        rows.iter_mut().for_each(|r| r.result = Some(json!({})))
+    };
+    let (out, view) = resume_from("r-old", restored_batch("r-old", &stored, old, blank))
+        .await
+        .unwrap();
+    assert_eq!(view, before_fourth);
+    assert_eq!(out.status, "completed", "{out:?}");
+}
+
+#[tokio::test]
+async fn an_observed_call_missing_from_the_ledger_makes_the_run_corrupt_naming_the_call() {
+    let stored = c102_stopped_after_three_observations("r-gone")
+        .await
+        .get("r-gone")
+        .unwrap();
+    let second = stored.ledger[1].tool_call_id.clone();
+    let drop_second = |rows: &mut Vec<caseops_runtime::LedgerRow>| {
+        rows.remove(1);
+    };
+    let err = resume_from(
+        "r-gone",
+        restored_batch("r-gone", &stored, |_| {}, drop_second),
+    )
+    .await
+    .unwrap_err();
+    assert!(
+        matches!(err, caseops_runtime::RuntimeError::Corrupt { .. })
+            && err
+                .to_string()
+                .contains(&format!("`{second}` is not in the ledger")),
+        "{err}"
+    );
+
+    // A call the ledger holds without a result cannot give one back either.
+    let unfinished = |rows: &mut Vec<caseops_runtime::LedgerRow>| {
+        rows[0].status = CallStatus::Running;
+    };
+    let err = resume_from(
+        "r-gone",
+        restored_batch("r-gone", &stored, |_| {}, unfinished),
+    )
+    .await
+    .unwrap_err();
+    assert!(
+        err.to_string().contains("has no result in the ledger"),
+        "{err}"
+    );
+}
+
 #[tokio::test]
 async fn a_write_pending_at_tool_running_goes_to_a_human() {
     use caseops_fixture_generated::Bundle as Fixture;

@@ -2,8 +2,9 @@
 # What PostgreSQL itself spends on fresh C-102 runs through the API: `caseops
 # serve` on a fresh database, 300 warm-up runs, then RUNS runs at concurrency C
 # with the CPU time of every `postgres` process and of the server per run, the
-# runs table's HOT updates, and from `pg_stat_statements` each statement's calls,
-# execution time and WAL records.
+# runs table's updates and HOT updates and its TOAST rows inserted and deleted
+# (counted over the RUNS runs only), the WAL records and bytes per run, and from
+# `pg_stat_statements` each statement's calls, execution time and WAL records.
 #
 #   C=8 tests/load/pg_cost.sh [path/to/caseops] [RUNS]
 #
@@ -30,7 +31,7 @@ if [ -n "${CASEOPS_PG_SETUP:-}" ]; then
   psql -q "$pg/caseops_series" -c "$CASEOPS_PG_SETUP" >/dev/null
 fi
 "$bin" bench "${api[@]}" --scenario agent-run --concurrency "$c" --requests 300 --warmup 0 --json >/dev/null
-psql -q "$pg/caseops_series" -c "CREATE EXTENSION IF NOT EXISTS pg_stat_statements" -c "SELECT pg_stat_statements_reset()" >/dev/null
+psql -q "$pg/caseops_series" -c "CREATE EXTENSION IF NOT EXISTS pg_stat_statements" -c "SELECT pg_stat_statements_reset()" -c "SELECT pg_stat_reset()" >/dev/null
 tick=$(getconf CLK_TCK)
 pg_cpu() { local t=0; for p in $(pgrep -u postgres postgres); do t=$((t + $(awk '{print $14 + $15}' "/proc/$p/stat" 2>/dev/null || echo 0))); done; echo $t; }
 server_cpu() { awk '{print $14 + $15}' "/proc/$pid/stat"; }
@@ -47,7 +48,8 @@ print(f"c={sys.argv[8]} runs/s={r['requests_per_second']:.1f} p50={r['p50_ms']:.
 PY
 psql -Atq "$pg/caseops_series" -F ' ' \
   -c "SELECT 'runs_updates=' || n_tup_upd, 'hot=' || n_tup_hot_upd FROM pg_stat_user_tables WHERE relname = 'runs'" \
-  -c "SELECT 'wal_records_per_run=' || round(sum(wal_records) / $n.0, 1) FROM pg_stat_statements WHERE dbid = (SELECT oid FROM pg_database WHERE datname = 'caseops_series')"
+  -c "SELECT 'toast_rows_written_per_run=' || round((n_tup_ins + n_tup_del) / $n.0, 2) FROM pg_stat_all_tables WHERE relid = (SELECT reltoastrelid FROM pg_class WHERE relname = 'runs')" \
+  -c "SELECT 'wal_records_per_run=' || round(sum(wal_records) / $n.0, 1), 'wal_bytes_per_run=' || round(sum(wal_bytes) / $n.0) FROM pg_stat_statements WHERE dbid = (SELECT oid FROM pg_database WHERE datname = 'caseops_series')"
 echo "calls exec_ms_per_call wal_records statement"
 psql -Atq "$pg/caseops_series" -F ' ' -c "SELECT calls, round((total_exec_time / calls)::numeric, 3), wal_records, left(regexp_replace(query, '\s+', ' ', 'g'), 90)
   FROM pg_stat_statements WHERE calls > 0 AND dbid = (SELECT oid FROM pg_database WHERE datname = 'caseops_series')

@@ -512,13 +512,24 @@ fn sqlite_execute(
 /// PostgreSQL numbers its placeholders: `?` becomes `$1, $2, …` (our SQL never
 /// holds a `?` inside a literal).
 fn numbered(sql: &str) -> String {
-    use std::fmt::Write as _;
     // Runs on every PostgreSQL execution, over statements of several KB with dozens
-    // of placeholders: copy the text between them whole.
+    // of placeholders: copy the text between them whole, and write each number's
+    // digits by hand (through `fmt` they cost a tenth of a run's formatting).
     let mut out = String::with_capacity(sql.len() + sql.len() / 16);
+    let mut digits = [0u8; 20];
     for (n, piece) in sql.split('?').enumerate() {
         if n > 0 {
-            let _ = write!(out, "${n}");
+            let (mut rest, mut start) = (n, digits.len());
+            loop {
+                start -= 1;
+                digits[start] = b'0' + (rest % 10) as u8;
+                rest /= 10;
+                if rest == 0 {
+                    break;
+                }
+            }
+            out.push('$');
+            out.extend(digits[start..].iter().map(|&d| char::from(d)));
         }
         out.push_str(piece);
     }
@@ -941,6 +952,23 @@ impl Tx {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn each_placeholder_is_numbered_in_order_and_the_text_between_kept() {
+        assert_eq!(numbered("SELECT 1"), "SELECT 1");
+        assert_eq!(numbered("?"), "$1");
+        assert_eq!(
+            numbered("UPDATE t SET a = ?, b = 'x' WHERE k IN (?,?)"),
+            "UPDATE t SET a = $1, b = 'x' WHERE k IN ($2,$3)"
+        );
+        // Numbers of every width a statement reaches, each one where its `?` was.
+        let sql = vec!["v = ?"; 1200].join(" AND ");
+        let expected = (1..=1200)
+            .map(|n| format!("v = ${n}"))
+            .collect::<Vec<_>>()
+            .join(" AND ");
+        assert_eq!(numbered(&sql), expected);
+    }
 
     /// From the WAL-index (`-shm`) header (sqlite.org/walformat.html): the frames
     /// the WAL holds (`mxFrame`) and how many of them a checkpoint has copied into

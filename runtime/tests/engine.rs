@@ -664,21 +664,22 @@ async fn resume_from(
     Ok((out, first))
 }
 
-#[tokio::test]
-async fn a_snapshot_names_its_observations_and_recovery_rebuilds_them_from_the_ledger() {
-    // What an uninterrupted run showed its planner before the fourth step.
-    let straight = ScriptPlanner::new(c102_script());
-    let straight_out = engine()
-        .start(
-            spec("r-obs"),
-            &straight,
-            &ok_executor(),
-            &MemoryStore::new(),
-        )
+/// An uninterrupted C-102 run: its outcome, and the view its planner was shown
+/// before the fourth step (three observations).
+async fn uninterrupted_c102(run_id: &str) -> (Outcome, caseops_runtime::context::PlannerView) {
+    let planner = ScriptPlanner::new(c102_script());
+    let out = engine()
+        .start(spec(run_id), &planner, &ok_executor(), &MemoryStore::new())
         .await
         .unwrap();
-    let before_fourth = straight.views.lock().unwrap()[3].clone();
+    let before_fourth = planner.views.lock().unwrap()[3].clone();
     assert_eq!(before_fourth.observations.len(), 3);
+    (out, before_fourth)
+}
+
+#[tokio::test]
+async fn a_snapshot_names_its_observations_and_recovery_rebuilds_them_from_the_ledger() {
+    let (straight_out, before_fourth) = uninterrupted_c102("r-obs").await;
 
     let stored = c102_stopped_after_three_observations("r-obs")
         .await
@@ -719,17 +720,7 @@ async fn a_snapshot_names_its_observations_and_recovery_rebuilds_them_from_the_l
 
 #[tokio::test]
 async fn a_snapshot_written_with_its_observations_whole_still_resumes_from_them() {
-    let straight = ScriptPlanner::new(c102_script());
-    engine()
-        .start(
-            spec("r-old"),
-            &straight,
-            &ok_executor(),
-            &MemoryStore::new(),
-        )
-        .await
-        .unwrap();
-    let before_fourth = straight.views.lock().unwrap()[3].clone();
+    let (_, before_fourth) = uninterrupted_c102("r-old").await;
     let stored = c102_stopped_after_three_observations("r-old")
         .await
         .get("r-old")

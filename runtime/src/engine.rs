@@ -106,10 +106,41 @@ pub struct Engine<B: ContractBundle> {
 /// How long a person has to decide on a call by default: a day.
 pub const DEFAULT_APPROVAL_TTL_MS: u64 = 24 * 60 * 60 * 1000;
 
-/// The call in flight, kept in the snapshot so recovery knows what was pending.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+/// The call in flight, so that recovery knows what was pending. Its row is the
+/// one the run last recorded for the call.
+#[derive(Debug, Clone, PartialEq)]
 struct Pending {
     row: LedgerRow,
+}
+
+/// [`Pending`] as a snapshot names it: by its call, whose ledger row is committed
+/// with the snapshot (every change to the pending row is also recorded).
+#[derive(Serialize)]
+struct PendingRef<'a> {
+    tool_call_id: &'a str,
+}
+
+/// [`Pending`] as a snapshot holds it: named (from this version on) or whole
+/// (written before; read for runs resumed from one).
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(untagged)]
+enum StoredPending {
+    Whole { row: Box<LedgerRow> },
+    Named { tool_call_id: String },
+}
+
+impl StoredPending {
+    /// The pending call's row: its own, or the ledger's.
+    fn restore(self, ledger: &[LedgerRow]) -> Result<Pending, String> {
+        match self {
+            StoredPending::Whole { row } => Ok(Pending { row: *row }),
+            StoredPending::Named { tool_call_id } => ledger
+                .iter()
+                .find(|r| r.tool_call_id == tool_call_id)
+                .map(|row| Pending { row: row.clone() })
+                .ok_or_else(|| format!("pending call `{tool_call_id}` is not in the ledger")),
+        }
+    }
 }
 
 /// The state of a run, written at every commit point but the terminal one (as
@@ -125,7 +156,7 @@ struct Snapshot {
     sequence: u64,
     stage: String,
     controls: Controls,
-    pending: Option<Pending>,
+    pending: Option<StoredPending>,
     outcome: Option<Outcome>,
 }
 
@@ -158,7 +189,7 @@ struct SnapshotOf<'a> {
     sequence: u64,
     stage: &'a str,
     controls: &'a Controls,
-    pending: &'a Option<Pending>,
+    pending: Option<PendingRef<'a>>,
     outcome: &'a Option<Outcome>,
 }
 
@@ -169,7 +200,9 @@ impl<S: RunStateEnum> Run<S> {
             sequence: self.machine.sequence(),
             stage: &self.stage,
             controls: &self.controls,
-            pending: &self.pending,
+            pending: self.pending.as_ref().map(|p| PendingRef {
+                tool_call_id: &p.row.tool_call_id,
+            }),
             outcome: &self.outcome,
         })
     }
@@ -428,12 +461,17 @@ impl<B: ContractBundle> Engine<B> {
             .restore_observations(&stored.ledger)
             .map_err(corrupt)?;
         controls.resume_segment(last.at_ms, self.now());
+        let pending = snap
+            .pending
+            .map(|p| p.restore(&stored.ledger))
+            .transpose()
+            .map_err(corrupt)?;
         let mut run = Run {
             spec,
             machine: Machine::restore(current, snap.sequence),
             stage: snap.stage,
             controls,
-            pending: snap.pending,
+            pending,
             outcome: snap.outcome,
             checkpoints: Vec::new(),
             ledger: Vec::new(),

@@ -647,21 +647,99 @@ fn restored_batch(
     }
 }
 
+/// Resumes `run_id` from a store holding only `batch`, with a planner that
+/// answers with `script`: the outcome, the store and the views the planner was given.
+async fn resume_scripted(
+    run_id: &str,
+    batch: caseops_runtime::store::Batch,
+    script: Vec<serde_json::Value>,
+) -> Result<
+    (
+        Outcome,
+        MemoryStore,
+        Vec<caseops_runtime::context::PlannerView>,
+    ),
+    caseops_runtime::RuntimeError,
+> {
+    use caseops_runtime::RunStore;
+    let store = MemoryStore::new();
+    store.commit(batch).await.unwrap();
+    let planner = ScriptPlanner::new(script);
+    let out = engine()
+        .resume(run_id, &planner, &ok_executor(), &store)
+        .await?;
+    let views = planner.views.lock().unwrap().clone();
+    Ok((out, store, views))
+}
+
 /// Resumes `run_id` from a store holding only `batch`: the outcome, and the view
 /// the planner was given first.
 async fn resume_from(
     run_id: &str,
     batch: caseops_runtime::store::Batch,
 ) -> Result<(Outcome, caseops_runtime::context::PlannerView), caseops_runtime::RuntimeError> {
-    use caseops_runtime::RunStore;
-    let store = MemoryStore::new();
-    store.commit(batch).await.unwrap();
-    let planner = ScriptPlanner::new(c102_script().split_off(3));
-    let out = engine()
-        .resume(run_id, &planner, &ok_executor(), &store)
-        .await?;
-    let first = planner.views.lock().unwrap()[0].clone();
-    Ok((out, first))
+    let (out, _, views) = resume_scripted(run_id, batch, c102_script().split_off(3)).await?;
+    Ok((out, views[0].clone()))
+}
+
+#[tokio::test]
+async fn a_pending_call_is_named_in_the_snapshot_and_its_row_taken_from_the_ledger() {
+    // Stopped in `tool_running`: the commit before the first tool is on record,
+    // the one after it fails.
+    let store = FailingStore::new(3);
+    let (planner, executor) = (ScriptPlanner::new(c102_script()), ok_executor());
+    engine()
+        .start(spec("r-pend"), &planner, &executor, &store)
+        .await
+        .unwrap_err();
+    let stored = store.inner.get("r-pend").unwrap();
+    let snapshot = stored.checkpoints.last().unwrap().snapshot.clone().unwrap();
+    let row = stored.ledger[0].clone();
+    assert_eq!(row.status, CallStatus::Running);
+    assert_eq!(
+        snapshot.to_value()["pending"],
+        json!({"tool_call_id": row.tool_call_id}),
+        "the pending call by its id alone"
+    );
+
+    // Recovery discards the interrupted read and runs it again, whichever way the
+    // snapshot holds the pending call: by name, or whole as earlier versions did.
+    let whole = {
+        let row = serde_json::to_value(&row).unwrap();
+        move |s: &mut serde_json::Value| s["pending"] = json!({"row": row})
+    };
+    for batch in [
+        restored_batch("r-pend", &stored, |_| {}, |_| {}),
+        restored_batch("r-pend", &stored, whole, |_| {}),
+    ] {
+        let (out, resumed, _) = resume_scripted("r-pend", batch, c102_script())
+            .await
+            .unwrap();
+        assert_eq!(out.status, "completed", "{out:?}");
+        assert_eq!(out.recovery_count, 1);
+        let first = resumed.get("r-pend").unwrap().ledger[0].clone();
+        assert_eq!(
+            (first.tool_call_id, first.error_code.as_deref()),
+            (row.tool_call_id.clone(), Some("RECOVERED_DISCARDED"))
+        );
+    }
+
+    // Named, but not in the ledger: the run cannot say what was in flight.
+    let gone = resume_scripted(
+        "r-pend",
+        restored_batch("r-pend", &stored, |_| {}, |rows| rows.clear()),
+        c102_script(),
+    )
+    .await
+    .unwrap_err();
+    assert!(
+        matches!(gone, caseops_runtime::RuntimeError::Corrupt { .. })
+            && gone.to_string().contains(&format!(
+                "pending call `{}` is not in the ledger",
+                row.tool_call_id
+            )),
+        "{gone}"
+    );
 }
 
 /// An uninterrupted C-102 run: its outcome, and the view its planner was shown

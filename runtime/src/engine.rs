@@ -106,22 +106,16 @@ pub struct Engine<B: ContractBundle> {
 /// How long a person has to decide on a call by default: a day.
 pub const DEFAULT_APPROVAL_TTL_MS: u64 = 24 * 60 * 60 * 1000;
 
-/// The call in flight, so that recovery knows what was pending. Its row is the
-/// one the run last recorded for the call.
-#[derive(Debug, Clone, PartialEq)]
-struct Pending {
-    row: LedgerRow,
-}
-
-/// [`Pending`] as a snapshot names it: by its call, whose ledger row is committed
-/// with the snapshot (every change to the pending row is also recorded).
+/// The call in flight as a snapshot names it: by its id. Its ledger row is
+/// committed with the snapshot, since every change to the pending row is recorded
+/// ([`Run::record_pending`]).
 #[derive(Serialize)]
 struct PendingRef<'a> {
     tool_call_id: &'a str,
 }
 
-/// [`Pending`] as a snapshot holds it: named (from this version on) or whole
-/// (written before; read for runs resumed from one).
+/// The call in flight as a snapshot holds it: named (from this version on) or
+/// whole (written before; read for runs resumed from one).
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(untagged)]
 enum StoredPending {
@@ -131,13 +125,13 @@ enum StoredPending {
 
 impl StoredPending {
     /// The pending call's row: its own, or the ledger's.
-    fn restore(self, ledger: &[LedgerRow]) -> Result<Pending, String> {
+    fn restore(self, ledger: &[LedgerRow]) -> Result<LedgerRow, String> {
         match self {
-            StoredPending::Whole { row } => Ok(Pending { row: *row }),
+            StoredPending::Whole { row } => Ok(*row),
             StoredPending::Named { tool_call_id } => ledger
                 .iter()
                 .find(|r| r.tool_call_id == tool_call_id)
-                .map(|row| Pending { row: row.clone() })
+                .cloned()
                 .ok_or_else(|| format!("pending call `{tool_call_id}` is not in the ledger")),
         }
     }
@@ -166,7 +160,9 @@ struct Run<S: RunStateEnum> {
     machine: Machine<S>,
     stage: String,
     controls: Controls,
-    pending: Option<Pending>,
+    /// The id of the call in flight, so that recovery knows what was pending.
+    /// Its row is the one the run last recorded for it.
+    pending: Option<String>,
     outcome: Option<Outcome>,
     checkpoints: Vec<Checkpoint>,
     ledger: Vec<LedgerRow>,
@@ -200,9 +196,10 @@ impl<S: RunStateEnum> Run<S> {
             sequence: self.machine.sequence(),
             stage: &self.stage,
             controls: &self.controls,
-            pending: self.pending.as_ref().map(|p| PendingRef {
-                tool_call_id: &p.row.tool_call_id,
-            }),
+            pending: self
+                .pending
+                .as_deref()
+                .map(|tool_call_id| PendingRef { tool_call_id }),
             outcome: &self.outcome,
         })
     }
@@ -229,6 +226,15 @@ impl<S: RunStateEnum> Run<S> {
     fn record(&mut self, row: LedgerRow) {
         self.ledger.retain(|r| r.tool_call_id != row.tool_call_id);
         self.ledger.push(row);
+    }
+
+    /// Records the row of the call in flight and names it as pending, so that the
+    /// commit that writes the snapshot naming it also writes its row.
+    fn record_pending(&mut self, row: &LedgerRow) {
+        if self.pending.as_deref() != Some(row.tool_call_id.as_str()) {
+            self.pending = Some(row.tool_call_id.clone());
+        }
+        self.record(row.clone());
     }
 }
 
@@ -466,12 +472,13 @@ impl<B: ContractBundle> Engine<B> {
             .map(|p| p.restore(&stored.ledger))
             .transpose()
             .map_err(corrupt)?;
+        let pending_id = pending.as_ref().map(|row| row.tool_call_id.clone());
         let mut run = Run {
             spec,
             machine: Machine::restore(current, snap.sequence),
             stage: snap.stage,
             controls,
-            pending,
+            pending: pending_id,
             outcome: snap.outcome,
             checkpoints: Vec::new(),
             ledger: Vec::new(),
@@ -489,14 +496,14 @@ impl<B: ContractBundle> Engine<B> {
             ["tool_proposed", "tool_authorized", "tool_running"].contains(&current.as_str());
         if current.as_str() == "waiting_approval" {
             let resumed = self
-                .resume_approval(&mut run, stored.approval, executor, store)
+                .resume_approval(&mut run, pending, stored.approval, executor, store)
                 .await?;
             if let Some(outcome) = resumed {
                 return Ok(outcome);
             }
         } else if pending_state {
             let resumed = self
-                .recover_pending(&mut run, stored.approval.as_ref(), executor, store)
+                .recover_pending(&mut run, pending, stored.approval.as_ref(), executor, store)
                 .await?;
             if let Some(outcome) = resumed {
                 return Ok(outcome);
@@ -506,22 +513,23 @@ impl<B: ContractBundle> Engine<B> {
             .await
     }
 
-    /// A call was pending when the run stopped. Reads are discarded and re-planned;
-    /// writes are reconciled with `confirm_with`; anything else goes to a human.
+    /// A call was pending when the run stopped (`pending`, its row as committed).
+    /// Reads are discarded and re-planned; writes are reconciled with
+    /// `confirm_with`; anything else goes to a human.
     async fn recover_pending<E: Executor, St: RunStore>(
         &self,
         run: &mut Run<B::State>,
+        pending: Option<LedgerRow>,
         approval: Option<&ApprovalRecord>,
         executor: &E,
         store: &St,
     ) -> Result<Option<Outcome>, RuntimeError> {
         let now = self.now();
-        let Some(pending) = run.pending.clone() else {
+        let Some(mut row) = pending else {
             return self
                 .stop(run, "needs_human", reasons::UNSAFE_RESUME_POINT, store)
                 .await;
         };
-        let mut row = pending.row;
         let tool = B::tool(&row.tool_name);
         match tool {
             Some(t) if !t.risk.is_write() => {
@@ -609,20 +617,19 @@ impl<B: ContractBundle> Engine<B> {
     }
 
     /// A run parked in `waiting_approval` is driven again: with the decision on record
-    /// for its waiting call it executes exactly that call (approved), or stops
-    /// (rejected, expired); with no decision yet it goes back to waiting.
+    /// for its waiting call (`waiting`, its row as committed) it executes exactly that
+    /// call (approved), or stops (rejected, expired); with no decision yet it goes
+    /// back to waiting.
     async fn resume_approval<E: Executor, St: RunStore>(
         &self,
         run: &mut Run<B::State>,
+        waiting: Option<LedgerRow>,
         approval: Option<ApprovalRecord>,
         executor: &E,
         store: &St,
     ) -> Result<Option<Outcome>, RuntimeError> {
-        let waiting = run.pending.clone().map(|p| p.row);
-        let (Some(row), Some(tool)) = (
-            waiting.clone(),
-            waiting.as_ref().and_then(|r| B::tool(&r.tool_name)),
-        ) else {
+        let tool = waiting.as_ref().and_then(|r| B::tool(&r.tool_name));
+        let (Some(row), Some(tool)) = (waiting, tool) else {
             return self
                 .stop(run, "needs_human", reasons::UNSAFE_RESUME_POINT, store)
                 .await;
@@ -700,8 +707,7 @@ impl<B: ContractBundle> Engine<B> {
     ) -> Result<Option<Outcome>, RuntimeError> {
         let now = self.now();
         row.status = CallStatus::WaitingApproval;
-        run.record(row.clone());
-        run.pending = Some(Pending { row: row.clone() });
+        run.record_pending(&row);
         run.go(state("waiting_approval"), Some("approval requested"), now)?;
         // Derived from the call, so a repeated commit of the same request is one approval.
         let id = crate::fingerprint::sha256_hex(
@@ -1144,8 +1150,7 @@ impl<B: ContractBundle> Engine<B> {
     ) -> Result<Option<Outcome>, RuntimeError> {
         let now = self.now();
         let row = self.new_row(run, tool, &id, &arguments, arguments_hash, &fingerprint);
-        run.pending = Some(Pending { row: row.clone() });
-        run.record(row.clone());
+        run.record_pending(&row);
         run.go(state("tool_proposed"), None, now)?;
 
         let deny = |run: &mut Run<B::State>, row, status, class: &str, code: &str| {
@@ -1244,14 +1249,12 @@ impl<B: ContractBundle> Engine<B> {
         // A recovered call proven not to have run is already in `tool_running`.
         if run.machine.state().as_str() != "tool_running" {
             row.status = CallStatus::Authorized;
-            run.record(row.clone());
-            run.pending = Some(Pending { row: row.clone() });
+            run.record_pending(&row);
             run.go(state("tool_authorized"), None, now)?;
         }
         row.status = CallStatus::Running;
         row.attempt_count = 1;
-        run.record(row.clone());
-        run.pending = Some(Pending { row: row.clone() });
+        run.record_pending(&row);
         if run.machine.state().as_str() != "tool_running" {
             run.go(state("tool_running"), None, now)?;
         }

@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 
-use serde::{Deserialize, Serialize};
+use serde::{Deserialize, Serialize, Serializer};
 
 use crate::contract::Budgets;
 use crate::normalization::Observation;
@@ -13,20 +13,27 @@ use crate::run::{CallStatus, LedgerRow, reasons};
 /// What a snapshot keeps of one observation. The call's ledger row, committed
 /// with it, holds its tool, arguments, result, attempt and bundle; the evidence
 /// reference is kept because it was read with the contract the call ran under.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize)]
 struct Observed {
     tool_call_id: String,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(default)]
     evidence_ref: Option<String>,
 }
 
-impl Observed {
-    fn of(observation: &Observation) -> Self {
-        Self {
-            tool_call_id: observation.tool_call_id.clone(),
-            evidence_ref: observation.evidence_ref.clone(),
-        }
-    }
+/// [`Observed`] as written: borrowed from the observation it names.
+#[derive(Serialize)]
+struct ObservedRef<'a> {
+    tool_call_id: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    evidence_ref: Option<&'a str>,
+}
+
+/// Writes the observations as a snapshot names them (see [`Observed`]).
+fn named<S: Serializer>(observations: &[Observation], s: S) -> Result<S::Ok, S::Error> {
+    s.collect_seq(observations.iter().map(|o| ObservedRef {
+        tool_call_id: &o.tool_call_id,
+        evidence_ref: o.evidence_ref.as_deref(),
+    }))
 }
 
 /// The run's control state.
@@ -37,12 +44,13 @@ pub struct Controls {
     fingerprints: BTreeMap<String, u32>,
     no_new_evidence_steps: u32,
     evidence_refs: Vec<String>,
-    /// Not written: a snapshot names its observations in `observed`, and recovery
-    /// takes the rest from their ledger rows ([`Controls::restore_observations`]).
-    /// Read from snapshots written before that, which hold them whole.
-    #[serde(default, skip_serializing)]
+    /// Written as `observed`, by name ([`Observed`]); recovery takes the rest from
+    /// their ledger rows ([`Controls::restore_observations`]). Read whole from
+    /// snapshots written before that.
+    #[serde(default, rename(serialize = "observed"), serialize_with = "named")]
     observations: Vec<Observation>,
-    #[serde(default)]
+    /// The names a snapshot holds, until recovery turns them into observations.
+    #[serde(default, skip_serializing)]
     observed: Vec<Observed>,
     tokens: u64,
     cost_micro_usd: u64,
@@ -123,7 +131,6 @@ impl Controls {
         } else {
             self.no_new_evidence_steps += 1;
         }
-        self.observed.push(Observed::of(&observation));
         self.observations.push(observation);
     }
 
@@ -131,13 +138,13 @@ impl Controls {
     /// which holds each one's succeeded call (committed in the same batch as the
     /// snapshot or before it). The error names a call the ledger cannot give back.
     pub fn restore_observations(&mut self, ledger: &[LedgerRow]) -> Result<(), String> {
+        let observed = std::mem::take(&mut self.observed);
         if !self.observations.is_empty() {
             // An older snapshot, with every observation in it.
-            self.observed = self.observations.iter().map(Observed::of).collect();
             return Ok(());
         }
-        let mut restored = Vec::with_capacity(self.observed.len());
-        for named in &self.observed {
+        let mut restored = Vec::with_capacity(observed.len());
+        for named in &observed {
             let id = &named.tool_call_id;
             let row = ledger
                 .iter()

@@ -32,6 +32,8 @@ use super::{Db, DbError};
 use caseops_runtime::fingerprint::{canonical_json, sha256_hex};
 use caseops_runtime::{Checkpoint, RunSpec};
 use serde_json::{Map, Value};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
 
 /// Ordered: each format leaves out what the one before it does, and more.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Default)]
@@ -160,6 +162,90 @@ pub(crate) fn stored_hashes<'a>(
             fingerprint
         },
     )
+}
+
+/// [`stored_hashes`] remembered per call. A call's ledger row is written at least
+/// twice (when it starts, when it ends) with the same arguments, and deriving its
+/// hashes again took about 3% of a run's instructions. An entry answers only for
+/// exactly the inputs it was worked out from, so it can never answer otherwise
+/// than [`stored_hashes`] would; it is dropped with the call's last write.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct HashMemo(Arc<Mutex<HashMap<String, Worked>>>);
+
+/// One call's inputs to [`stored_hashes`], and whether each hash was left out.
+#[derive(Debug)]
+struct Worked {
+    tool: String,
+    arguments_text: String,
+    hash: String,
+    fingerprint: String,
+    left_out: (bool, bool),
+}
+
+/// Calls remembered at most: calls of runs that stopped mid-way are never
+/// finished here, so the memo starts again past this.
+const WORKED_KEPT: usize = 4096;
+
+impl HashMemo {
+    /// [`stored_hashes`] for call `tool_call_id`; `last` says this is the call's
+    /// last write (it has finished), after which it is forgotten.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn stored<'a>(
+        &self,
+        format: RowFormat,
+        tool_call_id: &str,
+        last: bool,
+        tool: &str,
+        arguments_text: &str,
+        hash: &'a str,
+        fingerprint: &'a str,
+    ) -> (&'a str, &'a str) {
+        if !format.leaves_out_derived() {
+            return (hash, fingerprint);
+        }
+        let keep =
+            |(h, f): (bool, bool)| (if h { "" } else { hash }, if f { "" } else { fingerprint });
+        let mut calls = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        let known = match calls.get(tool_call_id) {
+            Some(w)
+                if w.tool == tool
+                    && w.arguments_text == arguments_text
+                    && w.hash == hash
+                    && w.fingerprint == fingerprint =>
+            {
+                Some(w.left_out)
+            }
+            _ => None,
+        };
+        if let Some(left_out) = known {
+            if last {
+                calls.remove(tool_call_id);
+            }
+            return keep(left_out);
+        }
+        drop(calls);
+        let stored = stored_hashes(format, tool, arguments_text, hash, fingerprint);
+        let left_out = (stored.0.is_empty(), stored.1.is_empty());
+        let mut calls = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        if last {
+            calls.remove(tool_call_id);
+        } else {
+            if calls.len() >= WORKED_KEPT {
+                calls.clear();
+            }
+            calls.insert(
+                tool_call_id.to_string(),
+                Worked {
+                    tool: tool.to_string(),
+                    arguments_text: arguments_text.to_string(),
+                    hash: hash.to_string(),
+                    fingerprint: fingerprint.to_string(),
+                    left_out,
+                },
+            );
+        }
+        stored
+    }
 }
 
 /// What a compact ledger row left out: (arguments hash, action fingerprint).
@@ -588,6 +674,60 @@ mod tests {
             read_spec("{\"task_id\": 1}", &columns, None),
             Err(DbError::Corrupt { .. })
         ));
+    }
+
+    #[test]
+    fn a_call_s_remembered_hashes_answer_only_for_the_same_inputs_and_go_with_its_last_write() {
+        let args = json!({"item": "A-7", "n": 1.5});
+        let text = args.to_string();
+        let (h, f) = derived_hashes("t", &args);
+        let (_, other) = derived_hashes("u", &args);
+        let memo = HashMemo::default();
+        let kept = |memo: &HashMemo| memo.0.lock().unwrap().len();
+        let compact = RowFormat::Compact;
+        assert_eq!(
+            memo.stored(compact, "c1", false, "t", &text, &h, &f),
+            ("", "")
+        );
+        assert_eq!(kept(&memo), 1);
+        assert_eq!(
+            memo.stored(compact, "c1", false, "t", &text, &h, &f),
+            ("", "")
+        );
+        // Other inputs under the same call are worked out again, not answered.
+        assert_eq!(
+            memo.stored(compact, "c1", false, "t", &text, &h, &other),
+            ("", other.as_str())
+        );
+        assert_eq!(
+            memo.stored(compact, "c1", false, "t", "not json", &h, &f),
+            (h.as_str(), f.as_str())
+        );
+        // Another tool: the arguments hash is still derived, the fingerprint not.
+        assert_eq!(
+            memo.stored(compact, "c1", false, "u", &text, &h, &f),
+            ("", f.as_str())
+        );
+        // The last write answers and forgets.
+        assert_eq!(
+            memo.stored(compact, "c1", false, "t", &text, &h, &f),
+            ("", "")
+        );
+        assert_eq!(
+            memo.stored(compact, "c1", true, "t", &text, &h, &f),
+            ("", "")
+        );
+        assert_eq!(kept(&memo), 0);
+        // A call written once, finished, is never kept; a full format keeps all.
+        assert_eq!(
+            memo.stored(compact, "c2", true, "t", &text, &h, &f),
+            ("", "")
+        );
+        assert_eq!(
+            memo.stored(RowFormat::Full, "c3", false, "t", &text, &h, &f),
+            (h.as_str(), f.as_str())
+        );
+        assert_eq!(kept(&memo), 0);
     }
 
     #[test]

@@ -307,6 +307,7 @@ pub struct SqlRunStore {
     facts: RunFacts,
     /// How ledger rows and checkpoints are written (see [`RowFormat`]).
     rows: RowFormat,
+    hashes: row_format::HashMemo,
 }
 
 /// Who each run this process created is about, kept until the run ends or parks
@@ -615,6 +616,7 @@ impl SqlRunStore {
             events: audit::EventNames::default(),
             facts: RunFacts::default(),
             rows: RowFormat::Full,
+            hashes: row_format::HashMemo::default(),
         }
     }
 
@@ -1446,8 +1448,10 @@ impl SqlRunStore {
         let digest_sql = row_format::bundle_digest_sql(self.rows);
         for row in &batch.ledger {
             let arguments = row.arguments.to_string();
-            let (arguments_hash, fingerprint) = row_format::stored_hashes(
+            let (arguments_hash, fingerprint) = self.hashes.stored(
                 self.rows,
+                &row.tool_call_id,
+                row.finished_at_ms.is_some(),
                 &row.tool_name,
                 &arguments,
                 &row.arguments_hash,

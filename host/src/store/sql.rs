@@ -153,7 +153,8 @@ impl Statement {
         parts: Vec<(String, Statement)>,
         flush: bool,
     ) -> Statement {
-        let fence = Statement::new(format!("{} RETURNING 1 AS held", fence.sql), fence.params);
+        let mut fence = fence;
+        fence.sql.push_str(" RETURNING 1 AS held");
         let mut named = vec![("fence".to_string(), fence)];
         named.extend(parts);
         // A part that writes nothing runs only if the final select reads it.
@@ -176,13 +177,25 @@ impl Statement {
     /// Data-modifying parts all run, on one snapshot, in no set order; a part sees
     /// another's rows only through what that one returns (`FROM name`).
     pub fn with(parts: Vec<(String, Statement)>, last: Statement) -> Statement {
-        let mut sql = String::from("WITH ");
-        let mut params = Vec::new();
+        // Sized up front: a commit's statement runs to kilobytes, and growing it
+        // piece by piece copied it over and over.
+        let length = parts
+            .iter()
+            .map(|(name, part)| name.len() + part.sql.len() + 7)
+            .sum::<usize>();
+        let mut sql = String::with_capacity(6 + length + last.sql.len());
+        let mut params = Vec::with_capacity(
+            parts.iter().map(|(_, p)| p.params.len()).sum::<usize>() + last.params.len(),
+        );
+        sql.push_str("WITH ");
         for (i, (name, part)) in parts.into_iter().enumerate() {
             if i > 0 {
                 sql.push_str(", ");
             }
-            sql.push_str(&format!("{name} AS ({})", part.sql));
+            sql.push_str(&name);
+            sql.push_str(" AS (");
+            sql.push_str(&part.sql);
+            sql.push(')');
             params.extend(part.params);
         }
         sql.push(' ');

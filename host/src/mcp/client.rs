@@ -255,7 +255,7 @@ impl<B: ContractBundle> McpClient<B> {
         // out: the server may have acted (for a write, an unknown effect).
         let answer = self
             .transport
-            .post(&self.url, token, headers, body.to_string())
+            .post(&self.url, token, headers, crate::store::json_text(body))
             .await
             .map_err(|lost| match lost {
                 Lost::NotSent(message) => transient(message),

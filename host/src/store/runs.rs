@@ -1366,8 +1366,8 @@ impl SqlRunStore {
                 .outcome
                 .as_ref()
                 .and_then(|o| o.final_answer.as_ref())
-                .map(Value::to_string),
-            provenance: provenance.map(Value::to_string),
+                .map(super::json_text),
+            provenance: provenance.map(super::json_text),
             stop_reason: batch.outcome.as_ref().and_then(|o| o.stop_reason.clone()),
             updated_at: now,
         };
@@ -1447,7 +1447,7 @@ impl SqlRunStore {
         }
         let digest_sql = row_format::bundle_digest_sql(self.rows);
         for row in &batch.ledger {
-            let arguments = row.arguments.to_string();
+            let arguments = super::json_text(&row.arguments);
             let (arguments_hash, fingerprint) = self.hashes.stored(
                 self.rows,
                 &row.tool_call_id,
@@ -1470,7 +1470,7 @@ impl SqlRunStore {
                 row.idempotency_key.clone(),
                 row.status.as_str(),
                 i64::from(row.attempt_count),
-                row.result.as_ref().map(Value::to_string),
+                row.result.as_ref().map(super::json_text),
                 row.error_class.clone(),
                 row.error_code.clone(),
                 &row.bundle_digest
@@ -1518,22 +1518,29 @@ impl SqlRunStore {
     /// row this batch writes holds exactly what the payload is built from: the
     /// fence writes the outcome's status, stop reason, result and provenance, and
     /// `who` was read from the row. A value whose text would not parse back to
-    /// itself (a float the text rounds) keeps the payload written out.
+    /// itself (a float the text rounds) keeps the payload written out; the text is
+    /// the fence's (`written`), the one the row gets.
     fn terminal_event<'a>(
         &self,
         who: &audit::Who<'a>,
         batch: &Batch,
         outcome: &'a Outcome,
+        written: &Settled,
     ) -> audit::Event<'a> {
         let event = audit::terminal_event(who, &self.events, outcome);
-        let round_trips = |v: Option<&Value>| {
-            v.is_none_or(|v| serde_json::from_str::<Value>(&v.to_string()).ok().as_ref() == Some(v))
+        let round_trips = |v: Option<&Value>, text: Option<&str>| match (v, text) {
+            (None, _) => true,
+            (Some(v), Some(text)) => serde_json::from_str::<Value>(text).ok().as_ref() == Some(v),
+            (Some(_), None) => false,
         };
         if self.rows >= RowFormat::CompactHistory
             && outcome.run_id == batch.run_id
             && outcome.step_count == batch.step_count
-            && round_trips(outcome.final_answer.as_ref())
-            && round_trips(outcome.provenance.as_ref())
+            && round_trips(
+                outcome.final_answer.as_ref(),
+                written.final_result.as_deref(),
+            )
+            && round_trips(outcome.provenance.as_ref(), written.provenance.as_deref())
         {
             let event = event.left_to_run();
             if self.rows >= RowFormat::CompactTimeline {
@@ -1577,7 +1584,7 @@ impl SqlRunStore {
                     actor: &facts.actor,
                     request_id: facts.request_id.as_deref(),
                 };
-                let event = self.terminal_event(&who, batch, outcome);
+                let event = self.terminal_event(&who, batch, outcome, &written);
                 parts.extend(audit::appended(&event, PG_GATE));
             }
             // Lazy by the connection's default, unless this commit must be flushed.
@@ -1683,7 +1690,7 @@ impl SqlRunStore {
                     actor: &actor,
                     request_id: request_id.as_deref(),
                 };
-                let event = self.terminal_event(&who, batch, outcome);
+                let event = self.terminal_event(&who, batch, outcome, &written);
                 events.extend(audit::chain_events(db, &mut tx, &mut head, &event).await?);
             }
             let held = match db.dialect {

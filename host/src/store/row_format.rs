@@ -682,52 +682,37 @@ mod tests {
         let text = args.to_string();
         let (h, f) = derived_hashes("t", &args);
         let (_, other) = derived_hashes("u", &args);
-        let memo = HashMemo::default();
-        let kept = |memo: &HashMemo| memo.0.lock().unwrap().len();
+        let (h, f, other) = (h.as_str(), f.as_str(), other.as_str());
         let compact = RowFormat::Compact;
-        assert_eq!(
-            memo.stored(compact, "c1", false, "t", &text, &h, &f),
-            ("", "")
-        );
-        assert_eq!(kept(&memo), 1);
-        assert_eq!(
-            memo.stored(compact, "c1", false, "t", &text, &h, &f),
-            ("", "")
-        );
-        // Other inputs under the same call are worked out again, not answered.
-        assert_eq!(
-            memo.stored(compact, "c1", false, "t", &text, &h, &other),
-            ("", other.as_str())
-        );
-        assert_eq!(
-            memo.stored(compact, "c1", false, "t", "not json", &h, &f),
-            (h.as_str(), f.as_str())
-        );
-        // Another tool: the arguments hash is still derived, the fingerprint not.
-        assert_eq!(
-            memo.stored(compact, "c1", false, "u", &text, &h, &f),
-            ("", f.as_str())
-        );
-        // The last write answers and forgets.
-        assert_eq!(
-            memo.stored(compact, "c1", false, "t", &text, &h, &f),
-            ("", "")
-        );
-        assert_eq!(
-            memo.stored(compact, "c1", true, "t", &text, &h, &f),
-            ("", "")
-        );
-        assert_eq!(kept(&memo), 0);
-        // A call written once, finished, is never kept; a full format keeps all.
-        assert_eq!(
-            memo.stored(compact, "c2", true, "t", &text, &h, &f),
-            ("", "")
-        );
-        assert_eq!(
-            memo.stored(RowFormat::Full, "c3", false, "t", &text, &h, &f),
-            (h.as_str(), f.as_str())
-        );
-        assert_eq!(kept(&memo), 0);
+        let memo = HashMemo::default();
+        // (format, call, last write, tool, text, fingerprint) → stored, calls kept.
+        #[rustfmt::skip]
+        let writes = [
+            ((compact, "c1", false, "t", text.as_str(), f), ("", ""), 1),
+            ((compact, "c1", false, "t", text.as_str(), f), ("", ""), 1),
+            // Other inputs under the same call are worked out again, not answered.
+            ((compact, "c1", false, "t", text.as_str(), other), ("", other), 1),
+            ((compact, "c1", false, "t", "not json", f), (h, f), 1),
+            // Another tool: the arguments hash is still derived, the fingerprint not.
+            ((compact, "c1", false, "u", text.as_str(), f), ("", f), 1),
+            ((compact, "c1", false, "t", text.as_str(), f), ("", ""), 1),
+            // The last write answers and forgets.
+            ((compact, "c1", true, "t", text.as_str(), f), ("", ""), 0),
+            // A call written once, finished, is never kept.
+            ((compact, "c2", true, "t", text.as_str(), f), ("", ""), 0),
+            // The full format leaves nothing out and keeps nothing.
+            ((RowFormat::Full, "c3", false, "t", text.as_str(), f), (h, f), 0),
+        ];
+        for (i, ((format, call, last, tool, text, fingerprint), stored, kept)) in
+            writes.into_iter().enumerate()
+        {
+            assert_eq!(
+                memo.stored(format, call, last, tool, text, h, fingerprint),
+                stored,
+                "write {i}"
+            );
+            assert_eq!(memo.0.lock().unwrap().len(), kept, "write {i}");
+        }
     }
 
     #[test]

@@ -183,8 +183,13 @@ struct Worked {
 }
 
 /// Calls remembered at most: calls of runs that stopped mid-way are never
-/// finished here, so the memo starts again past this.
-const WORKED_KEPT: usize = 4096;
+/// finished here, so the memo starts again past this. A process has a few dozen
+/// calls in flight at a time.
+const WORKED_KEPT: usize = 1024;
+
+/// Arguments longer than this are worked out at each write instead of kept, so
+/// that the memo holds at most a few MB however large a model's arguments get.
+const WORKED_TEXT_MAX: usize = 4096;
 
 impl HashMemo {
     /// [`stored_hashes`] for call `tool_call_id`; `last` says this is the call's
@@ -227,7 +232,7 @@ impl HashMemo {
         let stored = stored_hashes(format, tool, arguments_text, hash, fingerprint);
         let left_out = (stored.0.is_empty(), stored.1.is_empty());
         let mut calls = self.0.lock().unwrap_or_else(|e| e.into_inner());
-        if last {
+        if last || arguments_text.len() > WORKED_TEXT_MAX {
             calls.remove(tool_call_id);
         } else {
             if calls.len() >= WORKED_KEPT {
@@ -682,32 +687,39 @@ mod tests {
         let text = args.to_string();
         let (h, f) = derived_hashes("t", &args);
         let (_, other) = derived_hashes("u", &args);
+        let long_args = json!({"item": "x".repeat(WORKED_TEXT_MAX)});
+        let long = long_args.to_string();
+        let (long_h, long_f) = derived_hashes("t", &long_args);
         let (h, f, other) = (h.as_str(), f.as_str(), other.as_str());
+        let (long_h, long_f) = (long_h.as_str(), long_f.as_str());
         let compact = RowFormat::Compact;
         let memo = HashMemo::default();
-        // (format, call, last write, tool, text, fingerprint) → stored, calls kept.
+        // (format, call, last write, tool, text, hash, fingerprint) → stored, calls kept.
         #[rustfmt::skip]
         let writes = [
-            ((compact, "c1", false, "t", text.as_str(), f), ("", ""), 1),
-            ((compact, "c1", false, "t", text.as_str(), f), ("", ""), 1),
+            ((compact, "c1", false, "t", text.as_str(), h, f), ("", ""), 1),
+            ((compact, "c1", false, "t", text.as_str(), h, f), ("", ""), 1),
             // Other inputs under the same call are worked out again, not answered.
-            ((compact, "c1", false, "t", text.as_str(), other), ("", other), 1),
-            ((compact, "c1", false, "t", "not json", f), (h, f), 1),
+            ((compact, "c1", false, "t", text.as_str(), h, other), ("", other), 1),
+            ((compact, "c1", false, "t", "not json", h, f), (h, f), 1),
             // Another tool: the arguments hash is still derived, the fingerprint not.
-            ((compact, "c1", false, "u", text.as_str(), f), ("", f), 1),
-            ((compact, "c1", false, "t", text.as_str(), f), ("", ""), 1),
+            ((compact, "c1", false, "u", text.as_str(), h, f), ("", f), 1),
+            ((compact, "c1", false, "t", text.as_str(), h, f), ("", ""), 1),
             // The last write answers and forgets.
-            ((compact, "c1", true, "t", text.as_str(), f), ("", ""), 0),
+            ((compact, "c1", true, "t", text.as_str(), h, f), ("", ""), 0),
             // A call written once, finished, is never kept.
-            ((compact, "c2", true, "t", text.as_str(), f), ("", ""), 0),
+            ((compact, "c2", true, "t", text.as_str(), h, f), ("", ""), 0),
             // The full format leaves nothing out and keeps nothing.
-            ((RowFormat::Full, "c3", false, "t", text.as_str(), f), (h, f), 0),
+            ((RowFormat::Full, "c3", false, "t", text.as_str(), h, f), (h, f), 0),
+            // Long arguments are worked out each time, not kept.
+            ((compact, "c4", false, "t", long.as_str(), long_h, long_f), ("", ""), 0),
+            ((compact, "c4", false, "t", long.as_str(), long_h, long_f), ("", ""), 0),
         ];
-        for (i, ((format, call, last, tool, text, fingerprint), stored, kept)) in
+        for (i, ((format, call, last, tool, text, hash, fingerprint), stored, kept)) in
             writes.into_iter().enumerate()
         {
             assert_eq!(
-                memo.stored(format, call, last, tool, text, h, fingerprint),
+                memo.stored(format, call, last, tool, text, hash, fingerprint),
                 stored,
                 "write {i}"
             );
